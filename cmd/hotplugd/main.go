@@ -1,0 +1,69 @@
+// Command hotplugd makes a Kubernetes node's view of its CPUs, memory and
+// hugepages follow the hardware. This file only wires subcommands to the
+// packages under pkg/.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// command is one hotplugd subcommand.
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+func commands() []command {
+	return []command{
+		{"snapshot", "print this machine's topology and the capacity and allocatable a freshly started kubelet would report", runSnapshot},
+		{"version", "print the version", runVersion},
+	}
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches to a subcommand and returns the process exit code: 0 on
+// success, 1 on a runtime error, 2 on a usage error.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "--help", "help":
+		usage(stdout)
+		return 0
+	case "--version":
+		return runVersion(nil, stdout, stderr)
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "hotplugd: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "hotplugd %s: keeps a Kubernetes node's CPUs, memory and hugepages in step with the hardware.\n\n", version)
+	fmt.Fprintf(w, "Usage:\n  hotplugd <command> [flags]\n\nCommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\nRun 'hotplugd <command> --help' for a command's flags.\n")
+}
+
+func runVersion(_ []string, stdout, _ io.Writer) int {
+	fmt.Fprintf(stdout, "hotplugd %s\n", version)
+	return 0
+}

@@ -1,0 +1,74 @@
+package topology
+
+import (
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Capacity returns what a freshly started kubelet puts in
+// node.status.capacity for cpu, memory and every hugepage size, with the
+// kubelet's own quantity formats: cpu in DecimalSI ("2", "448"), memory and
+// hugepages in BinarySI ("24684092Ki", "1Gi", "0").
+func (s *Snapshot) Capacity() v1.ResourceList {
+	c := v1.ResourceList{
+		v1.ResourceCPU:    *resource.NewMilliQuantity(int64(s.kubeletCPUs()*1000), resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(int64(s.Memory.MemTotalBytes), resource.BinarySI),
+	}
+	for _, hp := range s.HugePages {
+		c[HugePageResourceName(hp.PageSizeKiB)] = *resource.NewQuantity(int64(hp.Bytes()), resource.BinarySI)
+	}
+	return c
+}
+
+// HugePageResourceName returns the resource name of a hugepage size,
+// 2048 -> "hugepages-2Mi", 1048576 -> "hugepages-1Gi".
+func HugePageResourceName(pageSizeKiB uint64) v1.ResourceName {
+	size := resource.NewQuantity(int64(pageSizeKiB*1024), resource.BinarySI)
+	return v1.ResourceName(v1.ResourceHugePagesPrefix + size.String())
+}
+
+// kubeletCPUs counts CPUs the way cAdvisor's machine info does, which is
+// what the kubelet reports as cpu capacity.
+func (s *Snapshot) kubeletCPUs() int {
+	// Without NUMA nodes cAdvisor counts every cpuN directory, offline or not.
+	if len(s.NUMANodes) == 0 {
+		return len(s.CPUs.List)
+	}
+	// With NUMA nodes it walks each node's cpuN links and counts the CPUs
+	// that are online and expose a core and package id.
+	n := 0
+	for _, node := range s.NUMANodes {
+		for _, id := range node.CPUs.List() {
+			if c, ok := s.CPU(id); ok && c.Online && c.Core >= 0 && c.Package >= 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// CPU returns the CPU with the given id.
+func (s *Snapshot) CPU(id int) (CPU, bool) {
+	for _, c := range s.CPUs.List {
+		if c.ID == id {
+			return c, true
+		}
+	}
+	return CPU{}, false
+}
+
+// OnlineCPUs returns the CPUs the kubelet's CPU manager sees: those counted
+// in the cpu capacity (online, linked under a NUMA node, with a topology).
+func (s *Snapshot) OnlineCPUs() []CPU {
+	var out []CPU
+	for _, c := range s.CPUs.List {
+		if !c.Online || c.Core < 0 || c.Package < 0 {
+			continue
+		}
+		if len(s.NUMANodes) > 0 && c.Node < 0 {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
