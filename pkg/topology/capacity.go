@@ -1,6 +1,8 @@
 package topology
 
 import (
+	"slices"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -49,12 +51,11 @@ func (s *Snapshot) kubeletCPUs() int {
 
 // CPU returns the CPU with the given id.
 func (s *Snapshot) CPU(id int) (CPU, bool) {
-	for _, c := range s.CPUs.List {
-		if c.ID == id {
-			return c, true
-		}
+	i, ok := slices.BinarySearchFunc(s.CPUs.List, id, func(c CPU, id int) int { return c.ID - id })
+	if !ok {
+		return CPU{}, false
 	}
-	return CPU{}, false
+	return s.CPUs.List[i], true
 }
 
 // OnlineCPUs returns the CPUs the kubelet's CPU manager sees: those counted

@@ -50,8 +50,12 @@ func parseHex(b []byte) (uint64, error) {
 	return v, nil
 }
 
-// errNoMemTotal reports a meminfo file without a MemTotal line.
-var errNoMemTotal = errors.New("no MemTotal line")
+var (
+	// errNoMemTotal reports a meminfo file without a MemTotal line.
+	errNoMemTotal = errors.New("no MemTotal line")
+	// errMalformed reports a line that is not "Key: <number> kB".
+	errMalformed = errors.New("malformed line")
+)
 
 // meminfo holds the fields of /proc/meminfo or nodeN/meminfo this package uses.
 type meminfo struct {
@@ -84,11 +88,11 @@ func parseMeminfo(b []byte) (meminfo, error) {
 		}
 		fields := strings.Fields(string(line[bytes.IndexByte(line, ':')+1:]))
 		if len(fields) != 2 || fields[1] != "kB" {
-			return meminfo{}, fmt.Errorf("malformed line %q", line)
+			return meminfo{}, fmt.Errorf("%w %q", errMalformed, line)
 		}
 		v, err := strconv.ParseUint(fields[0], 10, 64)
 		if err != nil {
-			return meminfo{}, fmt.Errorf("malformed line %q", line)
+			return meminfo{}, fmt.Errorf("%w %q", errMalformed, line)
 		}
 		*dst = v
 	}

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -124,8 +125,12 @@ func (f FS) Snapshot() (*Snapshot, error) {
 }
 
 func (f FS) readCPUs(c *CPUs) error {
-	dir := f.SysPath("devices/system/cpu")
-	names, err := readDirNames(dir)
+	d, err := openDir(f.SysPath("devices/system/cpu"))
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	names, err := d.names()
 	if err != nil {
 		return err
 	}
@@ -144,9 +149,9 @@ func (f FS) readCPUs(c *CPUs) error {
 		name string
 		dst  *CPUList
 	}{{"possible", &c.Possible}, {"present", &c.Present}, {"online", &c.Online}}
+	var r reader
 	for _, l := range lists {
-		path := f.SysPath("devices/system/cpu", l.name)
-		b, err := readFile(path)
+		b, err := d.read(&r, l.name, "")
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			l.dst.CPUSet = all
@@ -156,7 +161,7 @@ func (f FS) readCPUs(c *CPUs) error {
 		}
 		set, err := parseCPUList(b)
 		if err != nil {
-			return parseError(path, err)
+			return parseError(d.path+"/"+l.name, err)
 		}
 		l.dst.CPUSet = set
 	}
@@ -164,12 +169,12 @@ func (f FS) readCPUs(c *CPUs) error {
 	c.List = make([]CPU, len(ids))
 	for i, id := range ids {
 		cpu := CPU{ID: id, Online: c.Online.Contains(id), Package: -1, Die: -1, Core: -1, Node: -1}
-		name := "cpu" + strconv.Itoa(id)
+		prefix := "cpu" + strconv.Itoa(id) + "/topology/"
 		for _, a := range []struct {
 			file string
 			dst  *int
 		}{{"physical_package_id", &cpu.Package}, {"die_id", &cpu.Die}, {"core_id", &cpu.Core}} {
-			v, err := readIntOptional(f.SysPath("devices/system/cpu", name, "topology", a.file))
+			v, err := readIntOptional(d, &r, prefix, a.file)
 			if err != nil {
 				return err
 			}
@@ -183,8 +188,8 @@ func (f FS) readCPUs(c *CPUs) error {
 }
 
 // readIntOptional reads an integer attribute; nil when the file is absent.
-func readIntOptional(path string) (*int, error) {
-	b, err := readFile(path)
+func readIntOptional(d *dir, r *reader, name, suffix string) (*int, error) {
+	b, err := d.read(r, name, suffix)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -193,7 +198,7 @@ func readIntOptional(path string) (*int, error) {
 	}
 	v, err := parseInt(b)
 	if err != nil {
-		return nil, parseError(path, err)
+		return nil, parseError(d.path+"/"+name+suffix, err)
 	}
 	return &v, nil
 }
@@ -310,41 +315,58 @@ func (f FS) readMemory(m *Memory) error {
 	m.defaultHugePageSizeKiB = mi.hugePageSizeKiB
 	m.Blocks = map[string]int{}
 
-	dir := f.SysPath("devices/system/memory")
-	path = dir + "/block_size_bytes"
-	b, err = readFile(path)
+	d, err := openDir(f.SysPath("devices/system/memory"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // no memory hotplug support
 	}
 	if err != nil {
 		return err
 	}
-	if m.BlockSizeBytes, err = parseHex(b); err != nil {
-		return parseError(path, err)
-	}
-	if b, err := readFile(dir + "/auto_online_blocks"); err == nil {
-		m.AutoOnlineBlocks = strings.TrimSpace(string(b))
-	}
-	names, err := readDirNames(dir)
+	defer d.close()
+	var r reader
+	b, err = d.read(&r, "block_size_bytes", "")
 	if err != nil {
 		return err
 	}
+	if m.BlockSizeBytes, err = parseHex(b); err != nil {
+		return parseError(d.path+"/block_size_bytes", err)
+	}
+	if b, err := d.read(&r, "auto_online_blocks", ""); err == nil {
+		m.AutoOnlineBlocks = strings.TrimSpace(string(b))
+	}
+	names, err := d.names()
+	if err != nil {
+		return err
+	}
+	blocks := names[:0]
 	for _, name := range names {
-		if _, ok := parseIndexedName(name, "memory"); !ok {
-			continue
+		if _, ok := parseIndexedName(name, "memory"); ok {
+			blocks = append(blocks, name)
 		}
-		path := dir + "/" + name + "/state"
-		b, err := readFile(path)
+	}
+	for _, block := range blocks {
+		b, err := d.read(&r, block, "/state")
 		if err != nil {
 			return err
 		}
-		state := strings.TrimSpace(string(b))
+		state := internState(bytes.TrimSpace(b))
 		if state == "" {
-			return parseError(path, errors.New("empty state"))
+			return parseError(d.path+"/"+block+"/state", errors.New("empty state"))
 		}
 		m.Blocks[state]++
 	}
 	return nil
+}
+
+// internState returns a memory block state without allocating for the
+// states the kernel writes.
+func internState(b []byte) string {
+	for _, s := range []string{"online", "offline", "going-offline"} {
+		if string(b) == s {
+			return s
+		}
+	}
+	return string(b)
 }
 
 func cmpUint(a, b uint64) int {
