@@ -3,7 +3,7 @@
 #
 # Captures this machine's CPU, NUMA, memory-block and hugepage files from
 # sysfs and procfs into a gzip tar whose members are rooted at sys/ and proc/,
-# the layout pkg/topology/internal/fixturegen generates. File contents are
+# the layout internal/fixturegen generates. File contents are
 # read with cat (sysfs reports every attribute as 4096 bytes); node cpuN links
 # stay symlinks with the kernel's relative target. Missing files are skipped:
 # offline CPUs have no topology directory, kernels without CONFIG_NUMA have no
@@ -31,7 +31,7 @@ copy() {
 	local rel
 	for rel in "$@"; do
 		[[ -f $root/$rel && ! -L $root/$rel ]] || continue
-		mkdir -p "$stage/$(dirname "$rel")"
+		mkdir -p "$stage/${rel%/*}"
 		if ! cat "$root/$rel" >"$stage/$rel" 2>/dev/null; then
 			rm -f "$stage/$rel" # e.g. write-only or EIO attributes
 		fi
@@ -41,7 +41,7 @@ copy() {
 # link REL: recreates the symlink ROOT/REL with the same target.
 link() {
 	[[ -L $root/$1 ]] || return 0
-	mkdir -p "$stage/$(dirname "$1")"
+	mkdir -p "$stage/${1%/*}"
 	ln -s "$(readlink "$root/$1")" "$stage/$1"
 }
 

@@ -64,6 +64,7 @@ func runSnapshot(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintf(stderr, "hotplugd snapshot: %v (see hotplugd snapshot --help)\n", err)
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -127,6 +128,9 @@ func writeTable(w io.Writer, r *snapshotReport, wide bool) error {
 		fmt.Fprintf(tw, ", %d offline (%s)", offline.Size(), offline)
 	}
 	fmt.Fprintf(tw, ", %d possible\n", s.CPUs.Possible.Size())
+	if len(s.NUMANodes) == 0 && offline.Size() > 0 {
+		fmt.Fprintf(tw, "\tno NUMA nodes: the kubelet (cAdvisor) counts offline CPUs in its cpu capacity\n")
+	}
 	fmt.Fprintf(tw, "Memory\t%s MemTotal", bytesQ(s.Memory.MemTotalBytes))
 	if s.Memory.BlockSizeBytes > 0 {
 		fmt.Fprintf(tw, ", blocks of %s: %s", bytesQ(s.Memory.BlockSizeBytes), blockStates(s.Memory.Blocks))

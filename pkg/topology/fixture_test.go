@@ -8,7 +8,7 @@ import (
 )
 
 // TestFixtureCapacity checks, independently of the golden files, the values
-// each synthetic machine is built to have (pkg/topology/internal/fixturegen).
+// each synthetic machine is built to have (internal/fixturegen).
 func TestFixtureCapacity(t *testing.T) {
 	tests := []struct {
 		name        string

@@ -15,7 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/hotplugd/hotplugd/pkg/topology"
-	"github.com/hotplugd/hotplugd/pkg/topology/internal/fixturegen"
+	"github.com/hotplugd/hotplugd/internal/fixturegen"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden from the current output")

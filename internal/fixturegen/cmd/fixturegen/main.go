@@ -1,7 +1,7 @@
 // Command fixturegen writes the synthetic topology fixtures as
 // <name>.tar.gz into a directory:
 //
-//	go run ./pkg/topology/internal/fixturegen/cmd/fixturegen -out pkg/topology/testdata/fixtures
+//	go run ./internal/fixturegen/cmd/fixturegen -out pkg/topology/testdata/fixtures
 package main
 
 import (
@@ -11,12 +11,16 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/hotplugd/hotplugd/pkg/topology/internal/fixturegen"
+	"github.com/hotplugd/hotplugd/internal/fixturegen"
 )
 
 func main() {
 	out := flag.String("out", "pkg/topology/testdata/fixtures", "directory to write the archives into")
 	flag.Parse()
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "fixturegen:", err)
+		os.Exit(1)
+	}
 	for _, f := range fixturegen.Fixtures() {
 		var b bytes.Buffer
 		if err := f.Machine.WriteTar(&b); err != nil {

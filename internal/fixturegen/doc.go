@@ -29,4 +29,4 @@
 // with go generate (see cmd/fixturegen).
 package fixturegen
 
-//go:generate go run ./cmd/fixturegen -out ../../testdata/fixtures
+//go:generate go run ./cmd/fixturegen -out ../../pkg/topology/testdata/fixtures

@@ -31,13 +31,18 @@ func (t *tree) entries() []string {
 	for p := range t.links {
 		add(p)
 	}
-	names := make([]string, 0, len(set))
+	// With "/" mapped to the smallest byte, bytewise order of the keys is
+	// the component-wise order of the paths.
+	type named struct{ key, name string }
+	sorted := make([]named, 0, len(set))
 	for p := range set {
-		names = append(names, p)
+		sorted = append(sorted, named{strings.ReplaceAll(strings.TrimSuffix(p, "/"), "/", "\x00"), p})
 	}
-	slices.SortFunc(names, func(a, b string) int {
-		return slices.Compare(strings.Split(strings.TrimSuffix(a, "/"), "/"), strings.Split(strings.TrimSuffix(b, "/"), "/"))
-	})
+	slices.SortFunc(sorted, func(a, b named) int { return strings.Compare(a.key, b.key) })
+	names := make([]string, len(sorted))
+	for i, n := range sorted {
+		names[i] = n.name
+	}
 	return names
 }
 
@@ -48,7 +53,7 @@ func (m Machine) WriteTar(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	zw, err := gzip.NewWriterLevel(w, gzip.BestCompression)
+	zw, err := gzip.NewWriterLevel(w, gzip.DefaultCompression)
 	if err != nil {
 		return err
 	}

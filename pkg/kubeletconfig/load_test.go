@@ -1,0 +1,132 @@
+package kubeletconfig
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParse(t *testing.T) {
+	const head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	tests := []struct {
+		name             string
+		in               string
+		wantEvictionHard map[string]string
+		wantCPUPolicy    string
+		wantHealthz      string
+		wantErr          string
+	}{
+		{
+			name:             "empty config gets the defaults",
+			in:               head,
+			wantEvictionHard: DefaultEvictionHard(),
+			wantCPUPolicy:    "none",
+			wantHealthz:      "127.0.0.1:10248",
+		},
+		{
+			name:             "partial evictionHard is kept as is",
+			in:               head + "evictionHard:\n  memory.available: 500Mi\n",
+			wantEvictionHard: map[string]string{"memory.available": "500Mi"},
+			wantCPUPolicy:    "none",
+			wantHealthz:      "127.0.0.1:10248",
+		},
+		{
+			name: "mergeDefaultEvictionSettings fills the missing signals",
+			in:   head + "mergeDefaultEvictionSettings: true\nevictionHard:\n  memory.available: 500Mi\n",
+			wantEvictionHard: map[string]string{
+				"memory.available": "500Mi", "nodefs.available": "10%", "nodefs.inodesFree": "5%",
+				"imagefs.available": "15%", "imagefs.inodesFree": "5%",
+			},
+			wantCPUPolicy: "none",
+			wantHealthz:   "127.0.0.1:10248",
+		},
+		{
+			name:             "JSON works too",
+			in:               `{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","cpuManagerPolicy":"static","healthzPort":10300,"healthzBindAddress":"0.0.0.0"}`,
+			wantEvictionHard: DefaultEvictionHard(),
+			wantCPUPolicy:    "static",
+			wantHealthz:      "0.0.0.0:10300",
+		},
+		{
+			name:             "unknown fields are ignored like the kubelet's lenient decoder",
+			in:               head + "someFutureField: 3\ncpuManagerPolicy: static\n",
+			wantEvictionHard: DefaultEvictionHard(),
+			wantCPUPolicy:    "static",
+			wantHealthz:      "127.0.0.1:10248",
+		},
+		{
+			name:             "field names are case-sensitive",
+			in:               head + "CPUManagerPolicy: static\n",
+			wantEvictionHard: DefaultEvictionHard(),
+			wantCPUPolicy:    "none",
+			wantHealthz:      "127.0.0.1:10248",
+		},
+		{name: "empty file", in: "", wantErr: "empty document"},
+		{name: "wrong kind", in: "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: Pod\n", wantErr: `kind "Pod"`},
+		{name: "no apiVersion", in: "kind: KubeletConfiguration\n", wantErr: `apiVersion ""`},
+		{name: "not YAML", in: "a: [\n", wantErr: "yaml"},
+		{name: "wrong type", in: head + "maxPods: many\n", wantErr: "maxPods"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.in))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Parse() error = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse() error: %v", err)
+			}
+			if diff := cmp.Diff(tt.wantEvictionHard, c.EvictionHard); diff != "" {
+				t.Errorf("EvictionHard (-want +got):\n%s", diff)
+			}
+			if c.CPUManagerPolicy != tt.wantCPUPolicy {
+				t.Errorf("CPUManagerPolicy = %q, want %q", c.CPUManagerPolicy, tt.wantCPUPolicy)
+			}
+			if got := c.HealthzBindAddress + ":" + itoa(int(*c.HealthzPort)); got != tt.wantHealthz {
+				t.Errorf("healthz = %q, want %q", got, tt.wantHealthz)
+			}
+			if c.MemoryManagerPolicy != "None" || c.MaxPods != 110 {
+				t.Errorf("MemoryManagerPolicy, MaxPods = %q, %d; want None, 110", c.MemoryManagerPolicy, c.MaxPods)
+			}
+		})
+	}
+}
+
+func TestLoadErrorsNameTheFile(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.yaml")
+	if _, err := Load(missing); err == nil || !strings.Contains(err.Error(), "kubeletconfig: read "+missing) {
+		t.Errorf("Load(missing) error = %v", err)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("kind: Pod\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), "kubeletconfig: parse "+bad) {
+		t.Errorf("Load(bad) error = %v", err)
+	}
+	big := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(big, make([]byte, maxConfigSize+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(big); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("Load(big) error = %v", err)
+	}
+}
+
+func TestDefaultIsFresh(t *testing.T) {
+	a := Default()
+	a.EvictionHard["memory.available"] = "1Gi"
+	if b := Default(); b.EvictionHard["memory.available"] != "100Mi" {
+		t.Errorf("Default() shares its EvictionHard map between calls")
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
