@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hotplugd/hotplugd/pkg/topology"
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
+	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
 // smallMachine is a 2-CPU, 1-node machine with 2Mi hugepages.

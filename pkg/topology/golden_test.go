@@ -14,8 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/hotplugd/hotplugd/pkg/topology"
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
+	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden from the current output")

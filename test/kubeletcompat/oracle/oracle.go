@@ -1,8 +1,8 @@
 // Package oracle computes, with the kubelet's and cAdvisor's own code, what a
 // freshly started kubelet v1.36.3 would report as node capacity and
 // allocatable. It exists only to test hotplugd against it: it reads the real
-// machine (MachineInfo) and the kubelet's configuration file (KubeletConfig)
-// and writes nothing.
+// machine (MachineInfo) or a sysfs/procfs tree (MachineInfoFromRoot) and the
+// kubelet's configuration file (KubeletConfig), and writes nothing.
 //
 // Wherever the kubelet's code is exported it is called as is (the config
 // loader, eviction threshold parsing, CPU topology discovery, the capacity
@@ -62,7 +62,8 @@ func MachineInfo() (*cadvisorapi.MachineInfo, error) {
 // KubeletConfig returns the configuration a kubelet started with
 // --config=path (and no other flags) would run with: the file loaded with the
 // kubelet's own loader, the eviction defaults applied as cmd/kubelet/app's
-// loadConfigFile applies them, and validated with the kubelet's validation.
+// loadConfigFile applies them, and validated with the kubelet's validation
+// (except its check of the host's cgroup version).
 //
 // An empty path is a kubelet without a config file: the kubelet's flag
 // defaults (options.NewKubeletConfiguration). Note that the kubelet then has
@@ -84,7 +85,12 @@ func KubeletConfig(path string) (*kubeletconfig.KubeletConfiguration, error) {
 		kc = c
 	}
 	// server.go validates the config (file + flags) before anything else.
-	if err := kubeletconfigvalidation.ValidateKubeletConfiguration(kc, utilfeature.DefaultFeatureGate); err != nil {
+	// Validation also checks the host's cgroup version (failCgroupV1); that
+	// is about the host running the test, not the machine predicted, so it
+	// is left out.
+	vc := *kc
+	vc.FailCgroupV1 = false
+	if err := kubeletconfigvalidation.ValidateKubeletConfiguration(&vc, utilfeature.DefaultFeatureGate); err != nil {
 		return nil, fmt.Errorf("oracle: kubelet would refuse %q: %w", path, err)
 	}
 	return kc, nil
@@ -313,15 +319,15 @@ type noFsInfo struct{}
 
 var errNoFsInfo = errors.New("oracle: no filesystem information")
 
-func (noFsInfo) GetGlobalFsInfo() ([]fs.Fs, error)                   { return nil, nil }
+func (noFsInfo) GetGlobalFsInfo() ([]fs.Fs, error)                     { return nil, nil }
 func (noFsInfo) GetFsInfoForPath(map[string]struct{}) ([]fs.Fs, error) { return nil, nil }
-func (noFsInfo) GetDirUsage(string) (fs.UsageInfo, error)          { return fs.UsageInfo{}, errNoFsInfo }
+func (noFsInfo) GetDirUsage(string) (fs.UsageInfo, error)              { return fs.UsageInfo{}, errNoFsInfo }
 func (noFsInfo) GetDeviceInfoByFsUUID(string) (*fs.DeviceInfo, error) {
 	return nil, fs.ErrNoSuchDevice
 }
-func (noFsInfo) GetDirFsDevice(string) (*fs.DeviceInfo, error)   { return nil, errNoFsInfo }
-func (noFsInfo) GetDeviceForLabel(string) (string, error)        { return "", errNoFsInfo }
-func (noFsInfo) GetLabelsForDevice(string) ([]string, error)     { return nil, errNoFsInfo }
-func (noFsInfo) GetMountpointForDevice(string) (string, error)   { return "", errNoFsInfo }
+func (noFsInfo) GetDirFsDevice(string) (*fs.DeviceInfo, error) { return nil, errNoFsInfo }
+func (noFsInfo) GetDeviceForLabel(string) (string, error)      { return "", errNoFsInfo }
+func (noFsInfo) GetLabelsForDevice(string) ([]string, error)   { return nil, errNoFsInfo }
+func (noFsInfo) GetMountpointForDevice(string) (string, error) { return "", errNoFsInfo }
 
 var _ fs.FsInfo = noFsInfo{}
