@@ -14,13 +14,13 @@ import (
 // LockPath is the file that serialises machine-changing tests.
 const LockPath = "/tmp/hotplugd-machinetest.lock"
 
-// Machine changes this machine's CPUs and hugepages for one test.
-type Machine struct {
-	t testing.TB
-}
+// Machine changes this machine's CPUs and hugepages while its test holds
+// the machine lock.
+type Machine struct{}
 
 // Acquire skips the test unless it runs as root, then takes the machine
-// lock for the rest of the test.
+// lock for the rest of the test. Call it once per top-level test; subtests
+// use the Machine it returns.
 func Acquire(t testing.TB) *Machine {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -38,57 +38,60 @@ func Acquire(t testing.TB) *Machine {
 		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	})
-	return &Machine{t: t}
+	return &Machine{}
 }
 
-// SetCPUOnline puts cpu online or offline and restores the original state
-// when the test ends. It skips the test when the CPU cannot be offlined.
-func (m *Machine) SetCPUOnline(cpu int, online bool) {
-	m.t.Helper()
+// SetCPUOnline puts cpu online or offline until t ends, and fails unless
+// the kernel did it. It skips t when the CPU cannot be hot-plugged here.
+func (m *Machine) SetCPUOnline(t testing.TB, cpu int, online bool) {
+	t.Helper()
 	path := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", cpu)
-	m.set(path, boolValue(online))
+	if got := m.set(t, path, boolValue(online)); got != boolValue(online) {
+		t.Fatalf("machinetest: wrote %s to %s, the kernel reads back %s", boolValue(online), path, got)
+	}
 }
 
 // SetHugePages writes n to a hugepage count file (global, per node or
-// /proc/sys/vm/nr_hugepages) and checks the kernel granted exactly n. Every
-// hugepage count on the machine is restored when the test ends.
-func (m *Machine) SetHugePages(path string, n uint64) {
-	m.t.Helper()
-	m.set(path, strconv.FormatUint(n, 10))
+// /proc/sys/vm/nr_hugepages) until t ends. The kernel may grant fewer pages
+// than asked (fragmented memory, 1Gi pages): then t is skipped with the
+// reason, as the machine cannot be put in that state.
+func (m *Machine) SetHugePages(t testing.TB, path string, n uint64) {
+	t.Helper()
+	if got := m.set(t, path, strconv.FormatUint(n, 10)); got != strconv.FormatUint(n, 10) {
+		t.Skipf("machinetest: asked %s for %d hugepages, the kernel granted %s", path, n, got)
+	}
 }
 
-// set writes value to path, restoring the old value in Cleanup, and fails
-// unless the kernel reads back what was written.
-func (m *Machine) set(path, value string) {
-	m.t.Helper()
+// set writes value to path, restores the old value when t ends (also on
+// failure), and returns what the kernel reads back.
+func (m *Machine) set(t testing.TB, path, value string) string {
+	t.Helper()
 	old, err := read(path)
 	if errors.Is(err, os.ErrNotExist) {
-		m.t.Skipf("machinetest: %s does not exist on this machine", path)
+		t.Skipf("machinetest: %s does not exist on this machine", path)
 	}
 	if err != nil {
-		m.t.Fatalf("machinetest: %v", err)
+		t.Fatalf("machinetest: %v", err)
 	}
-	if err := write(path, value); err != nil {
-		if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EROFS) {
-			m.t.Skipf("machinetest: %s is not writable here: %v", path, err)
-		}
-		m.t.Fatalf("machinetest: %v", err)
-	}
-	m.t.Cleanup(func() {
+	t.Cleanup(func() {
 		if err := write(path, old); err != nil {
-			m.t.Errorf("machinetest: restore %s to %q: %v", path, old, err)
+			t.Errorf("machinetest: restore %s to %q: %v", path, old, err)
 		}
 		if got, err := read(path); err != nil || got != old {
-			m.t.Errorf("machinetest: %s is %q after restore, want %q (err %v)", path, got, old, err)
+			t.Errorf("machinetest: %s is %q after restore, want %q (err %v)", path, got, old, err)
 		}
 	})
+	if err := write(path, value); err != nil {
+		if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EROFS) {
+			t.Skipf("machinetest: %s is not writable here: %v", path, err)
+		}
+		t.Fatalf("machinetest: %v", err)
+	}
 	got, err := read(path)
 	if err != nil {
-		m.t.Fatalf("machinetest: %v", err)
+		t.Fatalf("machinetest: %v", err)
 	}
-	if got != value {
-		m.t.Fatalf("machinetest: wrote %q to %s, the kernel reads back %q", value, path, got)
-	}
+	return got
 }
 
 // HugePageFiles returns every hugepage count file of one size: the global

@@ -37,12 +37,14 @@ func DefaultEvictionHard() map[string]string {
 }
 
 // Default returns the configuration of a kubelet started without a config
-// file: every field hotplugd uses at the kubelet's default.
+// file: every field hotplugd uses at the kubelet's default. Such a kubelet has
+// no hard eviction thresholds at all: the kubelet applies
+// DefaultEvictionHard only while loading a --config file.
 func Default() *kubeletv1beta1.KubeletConfiguration {
 	c := &kubeletv1beta1.KubeletConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind},
 	}
-	setDefaults(c)
+	setDefaults(c, false)
 	return c
 }
 
@@ -79,19 +81,23 @@ func Parse(b []byte) (*kubeletv1beta1.KubeletConfiguration, error) {
 	if c.APIVersion != APIVersion || c.Kind != Kind {
 		return nil, fmt.Errorf("apiVersion %q kind %q, want apiVersion %s and kind %s", c.APIVersion, c.Kind, APIVersion, Kind)
 	}
-	setDefaults(c)
+	setDefaults(c, true)
 	return c, nil
 }
 
 // setDefaults applies the kubelet's defaults (pkg/kubelet/apis/config/v1beta1
-// and cmd/kubelet/app/server.go) to the fields hotplugd reads.
-func setDefaults(c *kubeletv1beta1.KubeletConfiguration) {
+// and, for a config file, cmd/kubelet/app/server.go's loadConfigFile) to the
+// fields hotplugd reads.
+func setDefaults(c *kubeletv1beta1.KubeletConfiguration, fromFile bool) {
 	if c.MergeDefaultEvictionSettings == nil {
 		c.MergeDefaultEvictionSettings = ptr.To(false)
 	}
-	// The kubelet defaults evictionHard only when the file has none at all; a
-	// partial map replaces the defaults unless mergeDefaultEvictionSettings.
-	if c.EvictionHard == nil {
+	// The kubelet defaults evictionHard only when the file has none at all
+	// (an empty map turns every threshold off); a partial map replaces the
+	// defaults unless mergeDefaultEvictionSettings.
+	if !fromFile {
+		// no file: no thresholds
+	} else if c.EvictionHard == nil {
 		c.EvictionHard = DefaultEvictionHard()
 	} else if *c.MergeDefaultEvictionSettings {
 		for k, v := range DefaultEvictionHard() {

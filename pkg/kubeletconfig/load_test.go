@@ -28,6 +28,13 @@ func TestParse(t *testing.T) {
 			wantHealthz:      "127.0.0.1:10248",
 		},
 		{
+			name:             "empty evictionHard turns every threshold off",
+			in:               head + "evictionHard: {}\n",
+			wantEvictionHard: map[string]string{},
+			wantCPUPolicy:    "none",
+			wantHealthz:      "127.0.0.1:10248",
+		},
+		{
 			name:             "partial evictionHard is kept as is",
 			in:               head + "evictionHard:\n  memory.available: 500Mi\n",
 			wantEvictionHard: map[string]string{"memory.available": "500Mi"},
@@ -121,11 +128,19 @@ func TestLoadErrorsNameTheFile(t *testing.T) {
 	}
 }
 
-func TestDefaultIsFresh(t *testing.T) {
-	a := Default()
+func TestDefaultHasNoEviction(t *testing.T) {
+	// A kubelet without --config has no hard eviction thresholds.
+	if c := Default(); c.EvictionHard != nil || c.CPUManagerPolicy != "none" || *c.HealthzPort != 10248 {
+		t.Errorf("Default() = evictionHard %v, cpuManagerPolicy %q, healthzPort %d", c.EvictionHard, c.CPUManagerPolicy, *c.HealthzPort)
+	}
+}
+
+func TestParseDefaultsAreFresh(t *testing.T) {
+	in := []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
+	a, _ := Parse(in)
 	a.EvictionHard["memory.available"] = "1Gi"
-	if b := Default(); b.EvictionHard["memory.available"] != "100Mi" {
-		t.Errorf("Default() shares its EvictionHard map between calls")
+	if b, _ := Parse(in); b.EvictionHard["memory.available"] != "100Mi" {
+		t.Errorf("Parse() shares its EvictionHard map between calls")
 	}
 }
 

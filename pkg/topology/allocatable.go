@@ -25,7 +25,9 @@ import (
 // reservations by its size, a percentage memory.available threshold is
 // float32 arithmetic truncated to bytes, "0%" and "100%" thresholds are
 // ignored. An error is a configuration the kubelet would refuse to start
-// with.
+// with, among them a cpu or memory reservation above capacity (the
+// kubelet's container manager exits then; only hugepages can push
+// allocatable memory to the clamp at zero).
 func (s *Snapshot) Allocatable(cfg *kubeletv1beta1.KubeletConfiguration) (v1.ResourceList, error) {
 	if cfg == nil {
 		cfg = kubeletconfig.Default()
@@ -33,6 +35,9 @@ func (s *Snapshot) Allocatable(cfg *kubeletv1beta1.KubeletConfiguration) (v1.Res
 	capacity := s.Capacity()
 	reservation, err := s.Reservation(cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := validateReservation(capacity, reservation); err != nil {
 		return nil, err
 	}
 	// The same steps, in the same order, as the kubelet's node-status setter
@@ -107,6 +112,34 @@ func (s *Snapshot) Reservation(cfg *kubeletv1beta1.KubeletConfiguration) (v1.Res
 		}
 	}
 	return out, nil
+}
+
+// validateReservation fails, as the kubelet's validateNodeAllocatable does at
+// start, when a reservation exceeds its resource's capacity.
+func validateReservation(capacity, reservation v1.ResourceList) error {
+	var msgs []string
+	for _, name := range sortedNames(reservation) {
+		r := reservation[name]
+		value := capacity[name].DeepCopy()
+		value.Sub(r)
+		if value.Sign() < 0 {
+			c := capacity[name]
+			msgs = append(msgs, fmt.Sprintf("resource %q has a reservation of %s but capacity of %s", name, r.String(), c.String()))
+		}
+	}
+	if len(msgs) > 0 {
+		return fmt.Errorf("topology: the kubelet would refuse to start: %s; lower kubeReserved, systemReserved or evictionHard", strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+func sortedNames(l v1.ResourceList) []v1.ResourceName {
+	names := make([]v1.ResourceName, 0, len(l))
+	for n := range l {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // reservedSystemCPUs parses reservedSystemCPUs and checks, as the kubelet

@@ -25,6 +25,11 @@ func TestAllocatable(t *testing.T) {
 			want: map[string]string{"cpu": "16", "memory": "120156Mi"},
 		},
 		{
+			name:   "empty evictionHard: no thresholds",
+			config: "evictionHard: {}\n",
+			want:   map[string]string{"cpu": "16", "memory": "120256Mi"},
+		},
+		{
 			name:   "kube and system reserved",
 			config: "kubeReserved: {cpu: 100m, memory: 256Mi}\nsystemReserved: {cpu: 500m, memory: 1Gi}\n",
 			// 127936Mi - 256Mi - 1Gi - 100Mi - 1536Mi - 6Gi
@@ -59,9 +64,14 @@ func TestAllocatable(t *testing.T) {
 			want:   map[string]string{"cpu": "14", "memory": "120156Mi"},
 		},
 		{
-			name:   "reservations above capacity clamp at zero",
-			config: "systemReserved: {cpu: '64', memory: 200Gi}\n",
-			want:   map[string]string{"cpu": "0", "memory": "0"},
+			name:   "hugepages push allocatable memory to the clamp at zero",
+			config: "systemReserved: {memory: 120200Mi}\n",
+			want:   map[string]string{"cpu": "16", "memory": "0"},
+		},
+		{
+			name:    "reservations above capacity: the kubelet refuses to start",
+			config:  "systemReserved: {cpu: '64', memory: 200Gi}\n",
+			wantErr: `the kubelet would refuse to start: resource "cpu" has a reservation of 64 but capacity of 16; resource "memory" has a reservation of 204900Mi but capacity of 127936Mi`,
 		},
 		{
 			name:    "reservedSystemCPUs outside the online CPUs",

@@ -21,9 +21,10 @@ func TestFixtureCapacity(t *testing.T) {
 			capacity: map[string]string{
 				"cpu": "16", "memory": "127936Mi", "hugepages-2Mi": "1536Mi", "hugepages-1Gi": "6Gi",
 			},
-			// 127936Mi (MemTotal 131006464 kB) - 100Mi eviction - 1536Mi - 6Gi of hugepages
+			// 127936Mi (MemTotal 131006464 kB) - 1536Mi - 6Gi of hugepages;
+			// a kubelet without a config file has no eviction threshold.
 			allocatable: map[string]string{
-				"cpu": "16", "memory": "120156Mi", "hugepages-2Mi": "1536Mi", "hugepages-1Gi": "6Gi",
+				"cpu": "16", "memory": "120256Mi", "hugepages-2Mi": "1536Mi", "hugepages-1Gi": "6Gi",
 			},
 			onlineCPUs: 16,
 		},
@@ -86,4 +87,51 @@ func TestFixtureCapacity(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCapacitySnapshotAgrees checks that the reconcile's lean snapshot gives
+// the same capacity, allocatable and online-CPU topology as the full one on
+// every fixture.
+func TestCapacitySnapshotAgrees(t *testing.T) {
+	for _, name := range fixtureNames(t) {
+		t.Run(name, func(t *testing.T) {
+			fs := extractFixture(t, name)
+			full, err := fs.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			lean, err := fs.CapacitySnapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(quantityStrings(full.Capacity()), quantityStrings(lean.Capacity())); diff != "" {
+				t.Errorf("capacity (-Snapshot +CapacitySnapshot):\n%s", diff)
+			}
+			fa, err := full.Allocatable(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			la, err := lean.Allocatable(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(quantityStrings(fa), quantityStrings(la)); diff != "" {
+				t.Errorf("allocatable (-Snapshot +CapacitySnapshot):\n%s", diff)
+			}
+			if diff := cmp.Diff(full.OnlineCPUs(), lean.OnlineCPUs()); diff != "" {
+				t.Errorf("online CPUs (-Snapshot +CapacitySnapshot):\n%s", diff)
+			}
+			if lean.Memory.Blocks != nil || lean.Memory.BlockCount != 0 {
+				t.Errorf("CapacitySnapshot read memory blocks: %+v", lean.Memory)
+			}
+		})
+	}
+}
+
+func quantityStrings(l v1.ResourceList) map[string]string {
+	out := map[string]string{}
+	for k, v := range l {
+		out[string(k)] = v.String()
+	}
+	return out
 }

@@ -1,12 +1,12 @@
 package topology
 
 import (
-	"errors"
+	"bytes"
+	"encoding/binary"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -47,24 +47,18 @@ func (f FS) ProcPath(elem ...string) string {
 	return filepath.Join(append([]string{f.proc}, elem...)...)
 }
 
-// readFile reads a pseudo-file without stat (sysfs reports 4096 for every
-// attribute) and with a size cap. Errors name the path; a missing file
-// matches errors.Is(err, fs.ErrNotExist).
-func readFile(path string) ([]byte, error) {
-	var r reader
-	b, err := r.readAt(unix.AT_FDCWD, "", path, "")
-	if err != nil {
-		return nil, err
-	}
-	return append([]byte(nil), b...), nil
-}
+// atFDCWD makes readAt resolve a name relative to the working directory, or
+// take it as is when absolute.
+const atFDCWD = unix.AT_FDCWD
 
 // reader reads small files with reused buffers: a snapshot of a large machine
 // reads thousands of one-line files, and per-file allocations and zeroing
 // would cost more than the syscalls. A reader is not safe for concurrent use.
 type reader struct {
-	path []byte // NUL-terminated relative path for openat
-	buf  []byte
+	path  []byte // NUL-terminated relative path for openat
+	name  []byte // scratch for readIndexed
+	buf   []byte // file contents
+	dents []byte // directory entries
 }
 
 // readAt reads the file dir/name relative to the directory open as dirfd
@@ -125,33 +119,70 @@ func joinPath(dir, name string) string {
 	return dir + "/" + name
 }
 
-// dir is a directory open for openat-relative reads.
+// dir is a directory open for openat-relative reads and raw listing. It
+// uses the file descriptor directly: an os.File would cost fcntl and epoll
+// syscalls at open and on every Fd call.
 type dir struct {
-	f    *os.File
-	fd   int // f.Fd(), taken once: each Fd call costs two fcntl syscalls
+	fd   int
 	path string
 }
 
 // openDir opens a directory; a missing one matches fs.ErrNotExist.
 func openDir(path string) (*dir, error) {
-	f, err := os.Open(path)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	for err == unix.EINTR {
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	}
 	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err // the path is named once, below
-		}
 		return nil, fmt.Errorf("topology: read %s: %w", path, err)
 	}
-	return &dir{f: f, fd: int(f.Fd()), path: path}, nil
+	return &dir{fd: fd, path: path}, nil
 }
 
-// names lists the directory's entries, unsorted.
-func (d *dir) names() ([]string, error) {
-	names, err := d.f.Readdirnames(-1)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("topology: read %s: %w", d.path, err)
+// scan calls fn with the name of every entry, in directory order, without
+// allocating. name is only valid during the call.
+func (d *dir) scan(r *reader, fn func(name []byte)) error {
+	if len(r.dents) == 0 {
+		r.dents = make([]byte, 32<<10)
 	}
-	return names, nil
+	for {
+		n, err := unix.Getdents(d.fd, r.dents)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("topology: read %s: %w", d.path, err)
+		}
+		if n <= 0 {
+			return nil
+		}
+		// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
+		for b := r.dents[:n]; len(b) >= 19; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < 19 || reclen > len(b) {
+				return fmt.Errorf("topology: read %s: malformed directory entry", d.path)
+			}
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			fn(name)
+			b = b[reclen:]
+		}
+	}
+}
+
+// indexed returns, ascending, the N of every entry named prefix+N ("cpu12",
+// "node3", "memory1024").
+func (d *dir) indexed(r *reader, prefix string) ([]int, error) {
+	var ids []int
+	err := d.scan(r, func(name []byte) {
+		if id, ok := parseIndexedName(name, prefix); ok {
+			ids = append(ids, id)
+		}
+	})
+	slices.Sort(ids)
+	return ids, err
 }
 
 // read reads the file at the relative path name+suffix with r's buffers.
@@ -159,19 +190,21 @@ func (d *dir) read(r *reader, name, suffix string) ([]byte, error) {
 	return r.readAt(d.fd, d.path, name, suffix)
 }
 
-func (d *dir) close() { d.f.Close() }
+// readIndexed reads prefix+N+suffix, e.g. "memory12" + "/state", without
+// building the name as a string.
+func (d *dir) readIndexed(r *reader, prefix string, n int, suffix string) ([]byte, error) {
+	r.name = strconv.AppendInt(append(r.name[:0], prefix...), int64(n), 10)
+	return r.readAt(d.fd, d.path, bytesToString(r.name), suffix)
+}
+
+func (d *dir) close() { unix.Close(d.fd) }
 
 // parseError names the file whose content could not be parsed.
 func parseError(path string, err error) error {
 	return fmt.Errorf("topology: parse %s: %w", path, err)
 }
 
-// readDirNames lists a directory's entry names, unsorted.
-func readDirNames(path string) ([]string, error) {
-	d, err := openDir(path)
-	if err != nil {
-		return nil, err
-	}
-	defer d.close()
-	return d.names()
+// bytesToString views b as a string for a call that does not keep it.
+func bytesToString(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }

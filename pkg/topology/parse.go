@@ -121,19 +121,17 @@ func parseHugePageDir(name string) (uint64, bool) {
 }
 
 // parseIndexedName returns N for names like "cpu12", "node3", "memory1024".
-func parseIndexedName(name, prefix string) (int, bool) {
-	s, ok := strings.CutPrefix(name, prefix)
-	if !ok || s == "" {
+func parseIndexedName(name []byte, prefix string) (int, bool) {
+	s, ok := bytes.CutPrefix(name, []byte(prefix))
+	if !ok || len(s) == 0 || len(s) > 9 {
 		return 0, false
 	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
+	v := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
 			return 0, false
 		}
-	}
-	v, err := strconv.Atoi(s)
-	if err != nil {
-		return 0, false
+		v = v*10 + int(c-'0')
 	}
 	return v, true
 }

@@ -136,9 +136,10 @@ func TestParseIndexedName(t *testing.T) {
 		{"node3", "node", 3, true},
 		{"memory1024", "memory", 1024, true},
 		{"cpu-1", "cpu", 0, false},
+		{"cpu1234567890", "cpu", 0, false},
 	}
 	for _, tt := range tests {
-		got, ok := parseIndexedName(tt.name, tt.prefix)
+		got, ok := parseIndexedName([]byte(tt.name), tt.prefix)
 		if got != tt.want || ok != tt.wantOK {
 			t.Errorf("parseIndexedName(%q, %q) = %d, %v; want %d, %v", tt.name, tt.prefix, got, ok, tt.want, tt.wantOK)
 		}

@@ -1,0 +1,173 @@
+package kubeletcompat_test
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/cpuset"
+)
+
+// quantities renders a resource list as name -> quantity string, the form in
+// which node.status is compared: a prediction must match the kubelet's
+// formatting too, not only its value.
+func quantities(rl v1.ResourceList) map[string]string {
+	if rl == nil {
+		return nil
+	}
+	out := make(map[string]string, len(rl))
+	for k, v := range rl {
+		out[string(k)] = v.String()
+	}
+	return out
+}
+
+// writeFile writes content under root, creating parent directories.
+func writeFile(t *testing.T, root, rel, content string) {
+	t.Helper()
+	p := filepath.Join(root, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// treeMachine describes a machine to lay out as a sysfs/procfs tree.
+type treeMachine struct {
+	// nodes[i] lists the CPUs linked under NUMA node i.
+	nodes [][]int
+	// offline CPUs have online=0 and no topology directory, as on a real kernel.
+	offline []int
+	// threadsPerCore CPUs with consecutive ids share a core; cores are
+	// numbered per package.
+	threadsPerCore int
+	// nodeMemKiB is each node's MemTotal; memTotalKiB /proc/meminfo's.
+	nodeMemKiB  []uint64
+	memTotalKiB uint64
+	// hugePages is the global count per page size in KiB; the pages are
+	// spread evenly over the nodes.
+	hugePages map[uint64]uint64
+}
+
+// write lays the machine out under root as root/sys and root/proc with the
+// files the kernel has and that hotplugd and cAdvisor read.
+func (m treeMachine) write(t *testing.T, root string) {
+	t.Helper()
+	var all []int
+	for _, cpus := range m.nodes {
+		all = append(all, cpus...)
+	}
+	sort.Ints(all)
+	allSet := cpuset.New(all...)
+	online := allSet.Difference(cpuset.New(m.offline...))
+	cpuDir := "sys/devices/system/cpu"
+	writeFile(t, root, cpuDir+"/possible", allSet.String()+"\n")
+	writeFile(t, root, cpuDir+"/present", allSet.String()+"\n")
+	writeFile(t, root, cpuDir+"/online", online.String()+"\n")
+	for node, cpus := range m.nodes {
+		for i, id := range cpus {
+			dir := fmt.Sprintf("%s/cpu%d", cpuDir, id)
+			if id != 0 {
+				state := "1"
+				if !online.Contains(id) {
+					state = "0"
+				}
+				writeFile(t, root, dir+"/online", state+"\n")
+			}
+			if online.Contains(id) {
+				writeFile(t, root, dir+"/topology/physical_package_id", fmt.Sprintf("%d\n", node))
+				writeFile(t, root, dir+"/topology/die_id", "0\n")
+				writeFile(t, root, dir+"/topology/core_id", fmt.Sprintf("%d\n", i/m.threadsPerCore))
+			}
+			link := filepath.Join(root, fmt.Sprintf("sys/devices/system/node/node%d/cpu%d", node, id))
+			if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(fmt.Sprintf("../../cpu/cpu%d", id), link); err != nil {
+				t.Fatal(err)
+			}
+		}
+		nodeDir := fmt.Sprintf("sys/devices/system/node/node%d", node)
+		writeFile(t, root, nodeDir+"/meminfo", fmt.Sprintf("Node %d MemTotal:       %d kB\nNode %d MemFree:        %d kB\n", node, m.nodeMemKiB[node], node, m.nodeMemKiB[node]/2))
+		writeFile(t, root, nodeDir+"/distance", strings.Repeat("10 ", len(m.nodes)-1)+"10\n")
+		for size, n := range m.hugePages {
+			writeFile(t, root, fmt.Sprintf("%s/hugepages/hugepages-%dkB/nr_hugepages", nodeDir, size), fmt.Sprintf("%d\n", n/uint64(len(m.nodes))))
+		}
+	}
+	writeFile(t, root, "sys/devices/system/node/online", fmt.Sprintf("0-%d\n", len(m.nodes)-1))
+	writeFile(t, root, "sys/devices/system/node/possible", fmt.Sprintf("0-%d\n", len(m.nodes)-1))
+	for size, n := range m.hugePages {
+		writeFile(t, root, fmt.Sprintf("sys/kernel/mm/hugepages/hugepages-%dkB/nr_hugepages", size), fmt.Sprintf("%d\n", n))
+	}
+	meminfo := fmt.Sprintf("MemTotal:       %d kB\nMemFree:        %d kB\n", m.memTotalKiB, m.memTotalKiB/2)
+	if _, ok := m.hugePages[2048]; ok {
+		meminfo += fmt.Sprintf("HugePages_Total:   %d\nHugepagesize:       2048 kB\n", m.hugePages[2048])
+		writeFile(t, root, "proc/sys/vm/nr_hugepages", fmt.Sprintf("%d\n", m.hugePages[2048]))
+	}
+	writeFile(t, root, "proc/meminfo", meminfo)
+}
+
+// memoryBlock matches the entries of sysfs memory blocks (memoryN), which
+// neither cAdvisor nor the kubelet's capacity reads; large fixtures have
+// thousands of them.
+var memoryBlock = regexp.MustCompile(`^sys/devices/system/memory/memory[0-9]+(/|$)`)
+
+// extractArchive unpacks a .tar.gz fixture (directories, regular files and
+// symlinks) into dir, leaving out memory blocks.
+func extractArchive(archive, dir string) error {
+	f, err := os.Open(archive)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", archive, err)
+	}
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", archive, err)
+		}
+		name := filepath.Clean(h.Name)
+		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+			return fmt.Errorf("%s: entry %q outside the archive root", archive, h.Name)
+		}
+		if memoryBlock.MatchString(name) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(p, 0o755)
+		case tar.TypeReg:
+			if err = os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
+				var b []byte
+				if b, err = io.ReadAll(tr); err == nil {
+					err = os.WriteFile(p, b, 0o644)
+				}
+			}
+		case tar.TypeSymlink:
+			if err = os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
+				err = os.Symlink(h.Linkname, p)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", archive, h.Name, err)
+		}
+	}
+}
