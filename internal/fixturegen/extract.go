@@ -14,6 +14,13 @@ import (
 // hack/capture-fixture.sh) into dir, keeping symlinks. Members that would
 // land outside dir are refused.
 func Extract(archive, dir string) error {
+	return ExtractFunc(archive, dir, nil)
+}
+
+// ExtractFunc is Extract for the members whose cleaned name keep accepts
+// (nil keeps all), e.g. to leave out the thousands of memory blocks of a
+// large fixture when a test does not read them.
+func ExtractFunc(archive, dir string, keep func(name string) bool) error {
 	f, err := os.Open(archive)
 	if err != nil {
 		return fmt.Errorf("fixturegen: %w", err)
@@ -35,6 +42,9 @@ func Extract(archive, dir string) error {
 		name := filepath.Clean(h.Name)
 		if name == "." || strings.HasPrefix(name, "..") || filepath.IsAbs(name) {
 			return fmt.Errorf("fixturegen: %s: member %q outside the tree", archive, h.Name)
+		}
+		if keep != nil && !keep(name) {
+			continue
 		}
 		target := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {

@@ -1,10 +1,7 @@
 package kubeletcompat_test
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +11,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/cpuset"
+
+	"github.com/hotplugd/hotplugd/internal/fixturegen"
 )
 
 // quantities renders a resource list as name -> quantity string, the form in
@@ -122,52 +121,8 @@ func (m treeMachine) write(t *testing.T, root string) {
 // thousands of them.
 var memoryBlock = regexp.MustCompile(`^sys/devices/system/memory/memory[0-9]+(/|$)`)
 
-// extractArchive unpacks a .tar.gz fixture (directories, regular files and
-// symlinks) into dir, leaving out memory blocks.
+// extractArchive unpacks a .tar.gz fixture into dir, leaving out memory
+// blocks.
 func extractArchive(archive, dir string) error {
-	f, err := os.Open(archive)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		return fmt.Errorf("%s: %w", archive, err)
-	}
-	tr := tar.NewReader(gz)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", archive, err)
-		}
-		name := filepath.Clean(h.Name)
-		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
-			return fmt.Errorf("%s: entry %q outside the archive root", archive, h.Name)
-		}
-		if memoryBlock.MatchString(name) {
-			continue
-		}
-		p := filepath.Join(dir, name)
-		switch h.Typeflag {
-		case tar.TypeDir:
-			err = os.MkdirAll(p, 0o755)
-		case tar.TypeReg:
-			if err = os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
-				var b []byte
-				if b, err = io.ReadAll(tr); err == nil {
-					err = os.WriteFile(p, b, 0o644)
-				}
-			}
-		case tar.TypeSymlink:
-			if err = os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
-				err = os.Symlink(h.Linkname, p)
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %s: %w", archive, h.Name, err)
-		}
-	}
+	return fixturegen.ExtractFunc(archive, dir, func(name string) bool { return !memoryBlock.MatchString(name) })
 }
