@@ -11,7 +11,7 @@ COMPAT        := test/kubeletcompat
 # Flags for `make run`, e.g. make run ARGS="-o json".
 ARGS          ?=
 
-.PHONY: all build test unit compat lint fmt bench run clean
+.PHONY: all build test unit compat lint fmt bench run snapshot clean
 
 all: build
 
@@ -19,8 +19,12 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hotplugd ./cmd/hotplugd
 
-## run: this machine's topology snapshot (standalone, no cluster)
+## run: the daemon on this machine, standalone (no cluster): logs every change; Ctrl-C stops it
 run: build
+	./bin/hotplugd run --standalone $(ARGS)
+
+## snapshot: this machine's topology and the capacity a fresh kubelet would report
+snapshot: build
 	./bin/hotplugd snapshot $(ARGS)
 
 ## test: everything CI runs: lint, unit and privileged integration tests, the kubelet/cAdvisor oracle tests
@@ -46,10 +50,12 @@ $(STATICCHECK):
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-## bench: snapshot timings (this machine, the large fixture) and the ratio against cAdvisor's machine.Info
+## bench: snapshot timings and the ratio against cAdvisor's machine.Info; the daemon's
+## detection latency, reconciles per burst and idle cost on this machine (as root, ~3 min)
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/topology/
 	cd $(COMPAT) && $(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/integration/
 
 clean:
 	rm -rf bin

@@ -21,6 +21,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"run", "run the daemon: watch CPUs, memory and hugepages and report every change", runRun},
 		{"snapshot", "print this machine's topology and the capacity and allocatable a freshly started kubelet would report", runSnapshot},
 		{"version", "print the version", runVersion},
 	}

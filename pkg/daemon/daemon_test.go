@@ -1,0 +1,275 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/hotplugd/hotplugd/internal/fixturegen"
+	"github.com/hotplugd/hotplugd/pkg/debounce"
+	"github.com/hotplugd/hotplugd/pkg/hugepagewatch"
+	"github.com/hotplugd/hotplugd/pkg/topology"
+	"github.com/hotplugd/hotplugd/pkg/uevent"
+)
+
+// fakeUevents hands the daemon's handler to the test.
+type fakeUevents struct{ h chan uevent.Handler }
+
+func (f *fakeUevents) Run(ctx context.Context, h uevent.Handler) error {
+	f.h <- h
+	<-ctx.Done()
+	return nil
+}
+func (f *fakeUevents) Close() error { return nil }
+
+type fakeHugePages struct {
+	h       chan hugepagewatch.Handler
+	rescans int
+}
+
+func (f *fakeHugePages) Run(ctx context.Context, h hugepagewatch.Handler) error {
+	f.h <- h
+	<-ctx.Done()
+	return nil
+}
+func (f *fakeHugePages) Rescan() ([]string, error) { f.rescans++; return nil, nil }
+func (f *fakeHugePages) Close() error              { return nil }
+
+type harness struct {
+	t        *testing.T
+	root     string
+	clock    *clocktesting.FakeClock
+	d        *Daemon
+	uevents  uevent.Handler
+	hp       hugepagewatch.Handler
+	results  chan Result
+	hugepage *fakeHugePages
+}
+
+const quiet = 500 * time.Millisecond
+
+func start(t *testing.T) *harness {
+	t.Helper()
+	root := t.TempDir()
+	m := fixturegen.Machine{
+		Sockets: 1, CoresPerSocket: 2, ThreadsPerCore: 1,
+		Nodes:           []fixturegen.Node{{CPUs: fixturegen.CPUs(0, 1), MemTotalKB: 4194304}},
+		MemoryBlockSize: 128 << 20, MemoryBlocks: fixturegen.Blocks(32),
+		HugePageSizesKB: []int{2048},
+	}
+	if err := m.WriteDir(root); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, root: root, clock: clocktesting.NewFakeClock(time.Unix(1e9, 0)), results: make(chan Result, 100)}
+	ue := &fakeUevents{h: make(chan uevent.Handler, 1)}
+	h.hugepage = &fakeHugePages{h: make(chan hugepagewatch.Handler, 1)}
+	d, err := New(Config{
+		SysfsRoot: filepath.Join(root, "sys"), ProcfsRoot: filepath.Join(root, "proc"),
+		QuietWindow: quiet, MaxDelay: 5 * time.Second, Resync: time.Minute,
+		Clock: h.clock, Uevents: ue, HugePages: h.hugepage,
+		OnReconcile: func(r Result) { h.results <- r },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.d = d
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run() = %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	h.uevents, h.hp = <-ue.h, <-h.hugepage.h
+	if r := h.next(); !r.Initial || r.Batch.Cause != debounce.TriggerStart {
+		t.Fatalf("first result = %+v, want the initial snapshot", r)
+	}
+	return h
+}
+
+// next waits for the next reconcile result.
+func (h *harness) next() Result {
+	h.t.Helper()
+	select {
+	case r := <-h.results:
+		return r
+	case <-time.After(5 * time.Second):
+		h.t.Fatal("no reconcile")
+		return Result{}
+	}
+}
+
+// settle steps the fake clock through the quiet window once the debouncer
+// has armed its timer, and returns the reconcile.
+func (h *harness) settle() Result {
+	h.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for h.clock.Waiters() < 2 { // the resync ticker and the debounce timer
+		if time.Now().After(deadline) {
+			h.t.Fatal("the debouncer never armed its timer")
+		}
+		time.Sleep(100 * time.Microsecond) // yield; the fake clock does not move
+	}
+	h.clock.Step(quiet)
+	return h.next()
+}
+
+func (h *harness) write(rel, content string) {
+	h.t.Helper()
+	if err := os.WriteFile(filepath.Join(h.root, rel), []byte(content), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) expectNoResult() {
+	h.t.Helper()
+	select {
+	case r := <-h.results:
+		h.t.Fatalf("unexpected reconcile %+v", r)
+	default:
+	}
+}
+
+func TestCPUOfflineIsOneChange(t *testing.T) {
+	h := start(t)
+	h.write("sys/devices/system/cpu/online", "0\n")
+	h.write("sys/devices/system/node/node0/cpulist", "0\n")
+	os.RemoveAll(filepath.Join(h.root, "sys/devices/system/cpu/cpu1/topology"))
+	h.uevents.Event(uevent.Event{Action: uevent.ActionOffline, Subsystem: "cpu", DevPath: "/devices/system/cpu/cpu1"})
+
+	r := h.settle()
+	want := []topology.Change{
+		{Resource: "cpu", Node: -1, Old: "2", New: "1"},
+		{Resource: "cpus", Node: 0, Old: "0-1", New: "0"},
+	}
+	if diff := cmp.Diff(want, r.Changes); diff != "" {
+		t.Errorf("changes (-want +got):\n%s", diff)
+	}
+	if r.Batch.Cause != debounce.TriggerUevent || r.Latency != quiet {
+		t.Errorf("batch cause %s latency %v, want uevent after %v", r.Batch.Cause, r.Latency, quiet)
+	}
+	m := h.d.Metrics()
+	if got := testutil.ToFloat64(m.TopologyChanges); got != 1 {
+		t.Errorf("topology changes = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.Capacity.WithLabelValues("cpu")); got != 1 {
+		t.Errorf("capacity gauge cpu = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.Uevents.WithLabelValues("cpu", "offline")); got != 1 {
+		t.Errorf("uevents{cpu,offline} = %v, want 1", got)
+	}
+	if got := testutil.CollectAndCount(m.DetectionLatency); got != 1 {
+		t.Errorf("detection latency samples = %d, want 1", got)
+	}
+	h.expectNoResult()
+}
+
+func TestBurstIsOneReconcileWithoutChange(t *testing.T) {
+	h := start(t)
+	for i := 0; i < 10000; i++ {
+		h.uevents.Event(uevent.Event{Action: uevent.ActionOnline, Subsystem: "memory", DevPath: "/devices/system/memory/memory1"})
+	}
+	r := h.settle()
+	if r.Batch.Count != 10000 || len(r.Changes) != 0 {
+		t.Errorf("reconcile of %d events with %d changes, want 10000 and none", r.Batch.Count, len(r.Changes))
+	}
+	h.expectNoResult()
+	if got := testutil.ToFloat64(h.d.Metrics().Reconciles.WithLabelValues("uevent")); got != 1 {
+		t.Errorf("reconciles{uevent} = %v, want 1", got)
+	}
+}
+
+func TestHugePagesWriteIsAChange(t *testing.T) {
+	h := start(t)
+	h.write("sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages", "16\n")
+	h.write("sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages", "16\n")
+	h.hp.Changed("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages")
+	r := h.settle()
+	want := []topology.Change{
+		{Resource: "hugepages-2Mi", Node: -1, Old: "0", New: "32Mi"},
+		{Resource: "hugepages-2Mi", Node: 0, Old: "0", New: "32Mi"},
+	}
+	if diff := cmp.Diff(want, r.Changes); diff != "" {
+		t.Errorf("changes (-want +got):\n%s", diff)
+	}
+	if r.Batch.Cause != debounce.TriggerHugePages {
+		t.Errorf("cause = %s", r.Batch.Cause)
+	}
+}
+
+func TestOverflowForcesAReread(t *testing.T) {
+	h := start(t)
+	h.uevents.Overflow(os.ErrDeadlineExceeded)
+	r := h.settle()
+	if r.Batch.Cause != debounce.TriggerOverflow || r.Err != nil {
+		t.Errorf("result = %+v, want an overflow reconcile", r)
+	}
+	if got := testutil.ToFloat64(h.d.Metrics().UeventOverflows); got != 1 {
+		t.Errorf("overflows = %v, want 1", got)
+	}
+}
+
+func TestNodeUeventRescansHugePageFiles(t *testing.T) {
+	h := start(t)
+	h.uevents.Event(uevent.Event{Action: uevent.ActionAdd, Subsystem: "node", DevPath: "/devices/system/node/node1"})
+	h.settle()
+	if h.hugepage.rescans != 1 {
+		t.Errorf("rescans = %d, want 1", h.hugepage.rescans)
+	}
+}
+
+func TestReadErrorIsReportedAndRetried(t *testing.T) {
+	h := start(t)
+	h.write("proc/meminfo", "garbage\n")
+	h.Trigger(debounce.TriggerSignal)
+	r := h.settle()
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "meminfo") {
+		t.Fatalf("Err = %v, want the meminfo parse error", r.Err)
+	}
+	if got := testutil.ToFloat64(h.d.Metrics().ReconcileErrors); got != 1 {
+		t.Errorf("reconcile errors = %v", got)
+	}
+	h.write("proc/meminfo", "MemTotal:        4194304 kB\n")
+	h.Trigger(debounce.TriggerSignal)
+	if r := h.settle(); r.Err != nil || len(r.Changes) != 0 {
+		t.Errorf("after repair: %+v, want a clean reconcile", r)
+	}
+}
+
+func (h *harness) Trigger(t debounce.Trigger) { h.d.Trigger(t) }
+
+func TestResyncTicks(t *testing.T) {
+	h := start(t)
+	for h.clock.Waiters() < 1 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	h.clock.Step(time.Minute)
+	r := h.settle()
+	if r.Batch.Cause != debounce.TriggerResync {
+		t.Errorf("cause = %s, want resync", r.Batch.Cause)
+	}
+	if h.hugepage.rescans != 1 {
+		t.Errorf("rescans = %d, want 1 per resync", h.hugepage.rescans)
+	}
+}
+
+func TestStatusLine(t *testing.T) {
+	h := start(t)
+	if got := statusLine(h.d.Last()); got != "capacity cpu=2 hugepages-2Mi=0 memory=4Gi" {
+		t.Errorf("statusLine = %q", got)
+	}
+}

@@ -1,0 +1,166 @@
+package debounce
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Trigger names what asked for a reconcile.
+type Trigger string
+
+// The daemon's triggers.
+const (
+	TriggerStart     Trigger = "start"
+	TriggerUevent    Trigger = "uevent"
+	TriggerHugePages Trigger = "hugepages"
+	TriggerOverflow  Trigger = "overflow"
+	TriggerResync    Trigger = "resync"
+	TriggerSignal    Trigger = "sighup"
+)
+
+// Batch is the triggers one reconcile answers.
+type Batch struct {
+	// First and Last are when the first and the last trigger arrived.
+	First, Last time.Time
+	// Count is the number of triggers; Triggers counts them by kind.
+	Count    int
+	Triggers map[Trigger]int
+	// Cause is the trigger that opened the batch.
+	Cause Trigger
+}
+
+// Kinds returns the batch's trigger kinds, sorted.
+func (b Batch) Kinds() []Trigger {
+	kinds := make([]Trigger, 0, len(b.Triggers))
+	for k := range b.Triggers {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool { return kinds[i] < kinds[j] })
+	return kinds
+}
+
+// Window is the debounce rule as a state machine: Add records a trigger and
+// returns when the batch is due, Due hands the batch over once that time has
+// come. The zero Window is unusable; set Quiet and MaxDelay.
+type Window struct {
+	// Quiet is how long no trigger must arrive before the batch is due.
+	Quiet time.Duration
+	// MaxDelay bounds the time from the first trigger to the batch being due.
+	MaxDelay time.Duration
+
+	pending Batch
+}
+
+// Add records a trigger that arrived at now and returns when the pending
+// batch is due: min(last trigger + Quiet, first trigger + MaxDelay).
+func (w *Window) Add(t Trigger, now time.Time) time.Time {
+	if w.pending.Count == 0 {
+		w.pending = Batch{First: now, Cause: t, Triggers: map[Trigger]int{}}
+	}
+	w.pending.Last = now
+	w.pending.Count++
+	w.pending.Triggers[t]++
+	return w.Deadline()
+}
+
+// Pending reports whether triggers are waiting.
+func (w *Window) Pending() bool { return w.pending.Count > 0 }
+
+// Deadline is when the pending batch is due; zero when nothing is pending.
+func (w *Window) Deadline() time.Time {
+	if w.pending.Count == 0 {
+		return time.Time{}
+	}
+	d := w.pending.Last.Add(w.Quiet)
+	if limit := w.pending.First.Add(w.MaxDelay); limit.Before(d) {
+		d = limit
+	}
+	return d
+}
+
+// Due returns the pending batch and clears it when its deadline has come at
+// now.
+func (w *Window) Due(now time.Time) (Batch, bool) {
+	if w.pending.Count == 0 || now.Before(w.Deadline()) {
+		return Batch{}, false
+	}
+	b := w.pending
+	w.pending = Batch{}
+	return b, true
+}
+
+// Debouncer runs a Window on a clock. Trigger may be called from any
+// goroutine; Run calls fire from its own goroutine, one batch at a time.
+// Triggers that arrive while fire runs open the next batch.
+type Debouncer struct {
+	clock clock.Clock
+	wake  chan struct{}
+
+	mu     sync.Mutex
+	window Window
+}
+
+// New returns a Debouncer with the given quiet window and maximum delay.
+func New(clk clock.Clock, quiet, maxDelay time.Duration) *Debouncer {
+	if maxDelay < quiet {
+		maxDelay = quiet
+	}
+	return &Debouncer{
+		clock:  clk,
+		wake:   make(chan struct{}, 1),
+		window: Window{Quiet: quiet, MaxDelay: maxDelay},
+	}
+}
+
+// Trigger records a trigger now. It never blocks.
+func (d *Debouncer) Trigger(t Trigger) {
+	d.mu.Lock()
+	d.window.Add(t, d.clock.Now())
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run fires batches until ctx is done, then returns nil. A batch pending at
+// cancellation is dropped: the daemon is stopping.
+func (d *Debouncer) Run(ctx context.Context, fire func(Batch)) error {
+	var timer clock.Timer
+	var timerC <-chan time.Time
+	stop := func() {
+		if timer != nil {
+			timer.Stop()
+			timer, timerC = nil, nil
+		}
+	}
+	defer stop()
+	for {
+		d.mu.Lock()
+		now := d.clock.Now()
+		b, due := d.window.Due(now)
+		deadline := d.window.Deadline()
+		d.mu.Unlock()
+		if due {
+			stop()
+			fire(b)
+			continue
+		}
+		stop()
+		if !deadline.IsZero() {
+			timer = d.clock.NewTimer(deadline.Sub(now))
+			timerC = timer.C()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.wake:
+		case <-timerC:
+			timer, timerC = nil, nil
+		}
+	}
+}

@@ -1,0 +1,154 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotplugd/hotplugd/internal/machinetest"
+)
+
+// BenchmarkDetectionLatency toggles cpu1 100 times and measures, for each
+// toggle, the time from the sysfs write to the daemon's change log entry,
+// minus the quiet window: what the daemon adds to the debounce it is asked
+// to do. Goal: p99 at most 5 ms.
+func BenchmarkDetectionLatency(b *testing.B) {
+	m := machinetest.Acquire(b)
+	m.SetCPUOnline(b, 1, true) // and back to its state at the end, whatever happens
+	p := startDaemon(b, "--resync", "0")
+	var lat []time.Duration
+	for b.Loop() {
+		lat = lat[:0]
+		online := true
+		for i := 0; i < 100; i++ {
+			old, new, value := "2", "1", "0"
+			if !online {
+				old, new, value = "1", "2", "1"
+			}
+			mark := p.mark()
+			start := time.Now()
+			if err := writeFile("/sys/devices/system/cpu/cpu1/online", value); err != nil {
+				b.Fatal(err)
+			}
+			online = !online
+			e, ok := p.waitForFrom(mark, quiet+5*time.Second, isChange("cpu", old, new))
+			if !ok {
+				b.Fatalf("toggle %d: no change %s -> %s", i, old, new)
+			}
+			lat = append(lat, e.Time.Sub(start)-quiet)
+		}
+		if !online {
+			writeFile("/sys/devices/system/cpu/cpu1/online", "1")
+		}
+	}
+	slices.Sort(lat)
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms-over-quiet")
+	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms-over-quiet")
+	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms-over-quiet")
+}
+
+// BenchmarkBurstReconciles sends bursts of 10 000 synthetic memory uevents
+// and reports the reconciles each burst caused. Goal: 1.
+func BenchmarkBurstReconciles(b *testing.B) {
+	machinetest.Acquire(b)
+	p := startDaemon(b, "--resync", "0")
+	files := memoryBlocks(b)
+	var bursts, reconciles, received, writeTime float64
+	for b.Loop() {
+		before := p.metric(`hotplugd_reconciles_total{trigger="uevent"}`)
+		events := p.metric(`hotplugd_uevents_total{action="online",subsystem="memory"}`)
+		start := time.Now()
+		burst(b, files, 10000)
+		writeTime += time.Since(start).Seconds()
+		time.Sleep(quiet + time.Second)
+		reconciles += p.metric(`hotplugd_reconciles_total{trigger="uevent"}`) - before
+		received += p.metric(`hotplugd_uevents_total{action="online",subsystem="memory"}`) - events
+		bursts++
+	}
+	b.ReportMetric(reconciles/bursts, "reconciles/burst")
+	b.ReportMetric(received/bursts, "events-received/burst")
+	b.ReportMetric(writeTime/bursts*1000, "burst-write-ms")
+}
+
+// BenchmarkIdle runs the daemon for 60 s with nothing happening and reports
+// its RSS and CPU time at the end, and what it did between its start-up and
+// the first resync (due at 60 s): read syscalls and context switches
+// (wake-ups). Goals: RSS at most 20 MiB, no reads between resyncs.
+func BenchmarkIdle(b *testing.B) {
+	if os.Getenv("HOTPLUGD_BENCH_IDLE") == "0" {
+		b.Skip("HOTPLUGD_BENCH_IDLE=0")
+	}
+	machinetest.Acquire(b) // nothing else may change the machine meanwhile
+	for b.Loop() {
+		p := startDaemon(b, "--resync", "1m")
+		pid := p.cmd.Process.Pid
+		time.Sleep(5 * time.Second) // start-up done
+		r0, w0 := procReads(b, pid), procSwitches(b, pid)
+		time.Sleep(54 * time.Second) // up to just before the resync at 60 s
+		r1, w1 := procReads(b, pid), procSwitches(b, pid)
+		b.ReportMetric(float64(procRSS(b, pid))/(1<<20), "rss-MiB")
+		b.ReportMetric(procCPU(b, pid).Seconds()*1000, "cpu-ms-total")
+		b.ReportMetric(float64(r1-r0), "reads-between-resyncs")
+		b.ReportMetric(float64(w1-w0)/54, "wakeups/s")
+		p.stop()
+	}
+}
+
+// procReads is the number of read syscalls the process made (/proc/PID/io syscr).
+func procReads(b *testing.B, pid int) int64 {
+	return procField(b, fmt.Sprintf("/proc/%d/io", pid), "syscr:")
+}
+
+// procRSS is the resident set size in bytes.
+func procRSS(b *testing.B, pid int) int64 {
+	return procField(b, fmt.Sprintf("/proc/%d/status", pid), "VmRSS:") * 1024
+}
+
+// procSwitches sums the context switches of every thread of the process.
+func procSwitches(b *testing.B, pid int) int64 {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	var n int64
+	for _, t := range tasks {
+		n += procField(b, t, "voluntary_ctxt_switches:") + procField(b, t, "nonvoluntary_ctxt_switches:")
+	}
+	return n
+}
+
+// procCPU is user + system CPU time (/proc/PID/stat fields 14 and 15).
+func procCPU(b *testing.B, pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+}
+
+func procField(b *testing.B, path, key string) int64 {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, key); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				v, err := strconv.ParseInt(f[0], 10, 64)
+				if err != nil {
+					b.Fatalf("%s %s: %v", path, key, err)
+				}
+				return v
+			}
+		}
+	}
+	b.Fatalf("%s: no %s", path, key)
+	return 0
+}
