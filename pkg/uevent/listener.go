@@ -48,7 +48,8 @@ type Config struct {
 	// kernel doubles the value for its bookkeeping: see
 	// Listener.ReceiveBuffer.
 	ReceiveBuffer int
-	// Logger receives the listener's logs, named "uevent"; nil means none.
+	// Logger receives the listener's logs as it is given (the caller names
+	// it, e.g. log.Named("uevent")); nil means none.
 	Logger *zap.Logger
 }
 
@@ -60,6 +61,7 @@ type Listener struct {
 	running atomic.Bool
 	closed  atomic.Bool
 	stats   counters
+	r       *reader // used by one Run at a time
 }
 
 // conn is the socket Run reads: the netlink socket, or a fake in tests.
@@ -96,7 +98,6 @@ func Listen(cfg Config) (*Listener, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	log = log.Named("uevent")
 
 	c, granted, err := dial(size, log)
 	if err != nil {
@@ -106,7 +107,10 @@ func Listen(cfg Config) (*Listener, error) {
 }
 
 func newListener(c conn, rcvbuf int, log *zap.Logger) *Listener {
-	return &Listener{c: c, log: log, rcvbuf: rcvbuf}
+	l := &Listener{c: c, log: log, rcvbuf: rcvbuf}
+	// The socket is new: the kernel has dropped nothing for it yet.
+	l.r = &reader{l: l, buf: make([]byte, maxDatagram), dropsKnown: true}
+	return l
 }
 
 // ReceiveBuffer returns the receive buffer the kernel granted, in bytes, as
@@ -165,10 +169,8 @@ func (l *Listener) Run(ctx context.Context, h Handler) error {
 		wg.Wait()
 	}()
 
-	r := &reader{l: l, h: h, buf: make([]byte, maxDatagram)}
-	if d, err := l.c.drops(); err == nil {
-		r.drops, r.dropsKnown = d, true
-	}
+	r := l.r
+	r.h = h
 	for ctx.Err() == nil {
 		if err := r.next(); err != nil {
 			if ctx.Err() != nil {
@@ -180,7 +182,8 @@ func (l *Listener) Run(ctx context.Context, h Handler) error {
 	return nil
 }
 
-// reader is the state of one Run.
+// reader is the state of the reads. It outlives a Run: the socket queues
+// uevents also between two Runs.
 type reader struct {
 	l   *Listener
 	h   Handler
@@ -317,8 +320,8 @@ func (r *reader) newDrops() uint64 {
 
 func (r *reader) overflow(o *OverflowError) {
 	r.l.stats.overflows.Add(1)
-	r.l.log.Warn("uevents were lost", zap.Error(o), zap.Uint64("dropped", o.Dropped),
-		zap.Uint64("from", o.From), zap.Uint64("to", o.To))
+	// The Handler decides how loudly to log it.
+	r.l.log.Debug("uevents were lost", zap.Error(o))
 	r.h.Overflow(o)
 }
 

@@ -567,3 +567,42 @@ func TestErrors(t *testing.T) {
 		}
 	}
 }
+
+// The socket queues uevents between two Runs: a loss there is reported by
+// the second Run, and SEQNUMs are compared across them.
+func TestRunStateOutlivesRun(t *testing.T) {
+	c := newFakeConn(mem(10))
+	l := newListener(c, 1<<20, zap.NewNop())
+	h := newRecorder(t)
+	stop := run(t, l, h)
+	got := h.wait(t, 1)
+	<-c.blocked
+	if err := stop(); err != nil {
+		t.Fatalf("first Run: %v", err)
+	}
+
+	c.mu.Lock()
+	c.steps = []step{{err: unix.ENOBUFS, drops: drops(4)}, mem(11), {idle: true}, mem(16), {data: mem(20).data, drops: drops(6)}}
+	c.blocked = make(chan struct{})
+	c.mu.Unlock()
+	stop = run(t, l, h)
+	got = append(got, h.wait(t, 5)...)
+	<-c.blocked
+	if err := stop(); err != nil {
+		t.Fatalf("second Run: %v", err)
+	}
+	want := []string{
+		memEvent(10),
+		memEvent(11),
+		"overflow uevent: receive queue overflowed (4 dropped): no buffer space available",
+		memEvent(16),
+		"overflow uevent: SEQNUM jumped from 16 to 20 (2 dropped)",
+		memEvent(20),
+	}
+	if diff := cmp.Diff(want, append(got, h.rest()...)); diff != "" {
+		t.Errorf("unexpected handler calls (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(Stats{Datagrams: 4, Delivered: 4, Overflows: 2, Dropped: 6, Unseen: 1}, l.Stats()); diff != "" {
+		t.Errorf("unexpected stats (-want +got):\n%s", diff)
+	}
+}

@@ -16,14 +16,17 @@ import (
 // BenchmarkDetectionLatency toggles cpu1 100 times and measures, for each
 // toggle, the time from the sysfs write to the daemon's change log entry,
 // minus the quiet window: what the daemon adds to the debounce it is asked
-// to do. Goal: p99 at most 5 ms.
+// to do. Goal: p99 at most 5 ms. The write itself blocks while the kernel
+// takes the CPU down or up (tens of milliseconds here, before or after it
+// sends the uevent), so the latency is reported from the write's return;
+// the write's own duration is reported beside it.
 func BenchmarkDetectionLatency(b *testing.B) {
 	m := machinetest.Acquire(b)
 	m.SetCPUOnline(b, 1, true) // and back to its state at the end, whatever happens
 	p := startDaemon(b, "--resync", "0")
-	var lat []time.Duration
+	var lat, writes []time.Duration
 	for b.Loop() {
-		lat = lat[:0]
+		lat, writes = lat[:0], writes[:0]
 		online := true
 		for i := 0; i < 100; i++ {
 			old, new, value := "2", "1", "0"
@@ -31,10 +34,12 @@ func BenchmarkDetectionLatency(b *testing.B) {
 				old, new, value = "1", "2", "1"
 			}
 			mark := p.mark()
-			start := time.Now()
+			begin := time.Now()
 			if err := writeFile("/sys/devices/system/cpu/cpu1/online", value); err != nil {
 				b.Fatal(err)
 			}
+			start := time.Now()
+			writes = append(writes, start.Sub(begin))
 			online = !online
 			e, ok := p.waitForFrom(mark, quiet+5*time.Second, isChange("cpu", old, new))
 			if !ok {
@@ -47,10 +52,13 @@ func BenchmarkDetectionLatency(b *testing.B) {
 		}
 	}
 	slices.Sort(lat)
-	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
-	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms-over-quiet")
-	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms-over-quiet")
-	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms-over-quiet")
+	slices.Sort(writes)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms-over-quiet")
+	b.ReportMetric(ms(lat[len(lat)*99/100]), "p99-ms-over-quiet")
+	b.ReportMetric(ms(lat[len(lat)-1]), "max-ms-over-quiet")
+	b.ReportMetric(ms(writes[len(writes)/2]), "p50-ms-sysfs-write")
+	b.ReportMetric(ms(writes[len(writes)*99/100]), "p99-ms-sysfs-write")
 }
 
 // BenchmarkBurstReconciles sends bursts of 10 000 synthetic memory uevents
