@@ -102,6 +102,7 @@ func BenchmarkIdle(b *testing.B) {
 		r1, w1 := procReads(b, pid), procSwitches(b, pid)
 		b.ReportMetric(float64(procRSS(b, pid))/(1<<20), "rss-MiB")
 		b.ReportMetric(procCPU(b, pid).Seconds()*1000, "cpu-ms-total")
+		b.ReportMetric(float64(procCPUNanos(b, pid))/1e6, "cpu-ms-total-schedstat")
 		b.ReportMetric(float64(r1-r0), "reads-between-resyncs")
 		b.ReportMetric(float64(w1-w0)/54, "wakeups/s")
 		p.stop()
@@ -138,6 +139,25 @@ func procCPU(b *testing.B, pid int) time.Duration {
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+}
+
+// procCPUNanos sums the time every thread of the process spent on a CPU,
+// in nanoseconds (/proc/PID/task/*/schedstat, first field): finer than the
+// 10 ms ticks of /proc/PID/stat.
+func procCPUNanos(b *testing.B, pid int) int64 {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	var n int64
+	for _, t := range tasks {
+		data, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread exited
+		}
+		if f := strings.Fields(string(data)); len(f) > 0 {
+			v, _ := strconv.ParseInt(f[0], 10, 64)
+			n += v
+		}
+	}
+	return n
 }
 
 func procField(b *testing.B, path, key string) int64 {
