@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
@@ -131,9 +130,9 @@ func writeTable(w io.Writer, r *snapshotReport, wide bool) error {
 	if len(s.NUMANodes) == 0 && offline.Size() > 0 {
 		fmt.Fprintf(tw, "\tno NUMA nodes: the kubelet (cAdvisor) counts offline CPUs in its cpu capacity\n")
 	}
-	fmt.Fprintf(tw, "Memory\t%s MemTotal", bytesQ(s.Memory.MemTotalBytes))
+	fmt.Fprintf(tw, "Memory\t%s MemTotal", topology.FormatBytes(s.Memory.MemTotalBytes))
 	if s.Memory.BlockSizeBytes > 0 {
-		fmt.Fprintf(tw, ", blocks of %s: %s", bytesQ(s.Memory.BlockSizeBytes), blockStates(s.Memory.Blocks))
+		fmt.Fprintf(tw, ", blocks of %s: %s", topology.FormatBytes(s.Memory.BlockSizeBytes), blockStates(s.Memory.Blocks))
 		if s.Memory.AutoOnlineBlocks != "" {
 			fmt.Fprintf(tw, ", hot-added blocks: %s", s.Memory.AutoOnlineBlocks)
 		}
@@ -147,7 +146,7 @@ func writeTable(w io.Writer, r *snapshotReport, wide bool) error {
 	for n := range r.Capacity {
 		names = append(names, string(n))
 	}
-	slices.SortFunc(names, resourceOrder)
+	slices.SortFunc(names, topology.CompareResources)
 	for _, n := range names {
 		c, a := r.Capacity[v1.ResourceName(n)], r.Allocatable[v1.ResourceName(n)]
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", n, c.String(), a.String())
@@ -157,7 +156,7 @@ func writeTable(w io.Writer, r *snapshotReport, wide bool) error {
 		fmt.Fprintln(tw)
 		fmt.Fprintln(tw, "NUMA NODE\tCPUS\tMEMTOTAL\tHUGEPAGES")
 		for _, n := range s.NUMANodes {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", n.ID, listOrNone(n.CPUs.String()), bytesQ(n.MemTotalBytes), hugePages(n.HugePages))
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", n.ID, listOrNone(n.CPUs.String()), topology.FormatBytes(n.MemTotalBytes), hugePages(n.HugePages))
 		}
 	}
 	if wide {
@@ -170,34 +169,13 @@ func writeTable(w io.Writer, r *snapshotReport, wide bool) error {
 	return tw.Flush()
 }
 
-// resourceOrder sorts cpu, memory, then hugepages by name.
-func resourceOrder(a, b string) int {
-	rank := func(s string) int {
-		switch s {
-		case "cpu":
-			return 0
-		case "memory":
-			return 1
-		}
-		return 2
-	}
-	if ra, rb := rank(a), rank(b); ra != rb {
-		return ra - rb
-	}
-	return strings.Compare(a, b)
-}
-
-func bytesQ(b uint64) string {
-	return resource.NewQuantity(int64(b), resource.BinarySI).String()
-}
-
 func hugePages(hp []topology.HugePages) string {
 	if len(hp) == 0 {
 		return "not supported"
 	}
 	parts := make([]string, 0, len(hp))
 	for _, h := range hp {
-		parts = append(parts, fmt.Sprintf("%s x %d", bytesQ(h.PageSizeKiB*1024), h.Pages))
+		parts = append(parts, fmt.Sprintf("%s x %d", topology.FormatBytes(h.PageSizeKiB*1024), h.Pages))
 	}
 	return strings.Join(parts, ", ")
 }

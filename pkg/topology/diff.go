@@ -88,10 +88,10 @@ func nodeValues(s *Snapshot) map[int]map[string]string {
 	for _, n := range s.NUMANodes {
 		v := map[string]string{
 			"cpus":                    n.CPUs.Intersection(online).String(),
-			string(v1.ResourceMemory): bytesString(n.MemTotalBytes),
+			string(v1.ResourceMemory): FormatBytes(n.MemTotalBytes),
 		}
 		for _, hp := range n.HugePages {
-			v[string(HugePageResourceName(hp.PageSizeKiB))] = bytesString(hp.Bytes())
+			v[string(HugePageResourceName(hp.PageSizeKiB))] = FormatBytes(hp.Bytes())
 		}
 		out[n.ID] = v
 	}
@@ -116,7 +116,7 @@ func unionNames(a, b v1.ResourceList) []v1.ResourceName {
 			names = append(names, n)
 		}
 	}
-	slices.SortFunc(names, func(x, y v1.ResourceName) int { return compareResources(string(x), string(y)) })
+	slices.SortFunc(names, func(x, y v1.ResourceName) int { return CompareResources(string(x), string(y)) })
 	return names
 }
 
@@ -130,12 +130,13 @@ func unionKeys(a, b map[string]string) []string {
 			keys = append(keys, k)
 		}
 	}
-	slices.SortFunc(keys, compareResources)
+	slices.SortFunc(keys, CompareResources)
 	return keys
 }
 
-// compareResources orders cpu(s), memory, then the rest by name.
-func compareResources(a, b string) int {
+// CompareResources orders resource names for people: cpu (and a node's
+// cpus), memory, then the rest (hugepages) by name.
+func CompareResources(a, b string) int {
 	rank := func(s string) int {
 		switch s {
 		case "cpu", "cpus":
@@ -151,7 +152,8 @@ func compareResources(a, b string) int {
 	return strings.Compare(a, b)
 }
 
-// bytesString formats a byte count as the kubelet formats memory.
-func bytesString(b uint64) string {
+// FormatBytes formats a byte count as the kubelet formats memory
+// ("24682416Ki", "2Gi", "0").
+func FormatBytes(b uint64) string {
 	return resource.NewQuantity(int64(b), resource.BinarySI).String()
 }
