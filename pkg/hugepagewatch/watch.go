@@ -39,6 +39,7 @@ type Watcher struct {
 
 	mu      sync.Mutex
 	files   map[string]watched // by path, as passed to inotify and reported
+	denied  map[string]bool    // files we may not watch (logged once)
 	running bool
 	closed  bool
 }
@@ -80,6 +81,7 @@ func New(sysfsRoot, procfsRoot string, log *zap.Logger) (*Watcher, error) {
 		log:     log,
 		inotify: in,
 		files:   make(map[string]watched),
+		denied:  make(map[string]bool),
 	}
 	if _, err := w.Rescan(); err != nil {
 		w.Close()
@@ -206,6 +208,14 @@ func (w *Watcher) Rescan() (added []string, err error) {
 			added = append(added, path)
 		case errors.Is(err, fs.ErrNotExist):
 			// Removed since the listing.
+		case errors.Is(err, fs.ErrPermission):
+			// Without root, the write-only demote files cannot be
+			// watched (inotify needs read access): watch the rest.
+			if !w.denied[path] {
+				w.denied[path] = true
+				w.log.Warn("cannot watch a hugepage file without read access; writes through it are seen only at the next resync",
+					zap.String("path", path), zap.Error(err))
+			}
 		default:
 			errs = append(errs, err)
 		}

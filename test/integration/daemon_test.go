@@ -172,3 +172,15 @@ func TestIntegrationStalledReader(t *testing.T) {
 		t.Fatalf("the loop is not alive after the stall; log:\n%s", p.dump())
 	}
 }
+
+// TestIntegrationUnprivileged: as nobody, the daemon starts (a smaller
+// uevent buffer, no watch on the write-only demote files) and still sees a
+// CPU and a hugepage change.
+func TestIntegrationUnprivileged(t *testing.T) {
+	m := machinetest.Acquire(t)
+	p := startDaemonAs(t, &syscall.Credential{Uid: 65534, Gid: 65534})
+	m.SetCPUOnline(t, 1, false)
+	p.waitFor(quiet+5*time.Second, isChange("cpu", "2", "1"))
+	m.SetHugePages(t, "/proc/sys/vm/nr_hugepages", 2)
+	p.waitFor(quiet+5*time.Second, isChange("hugepages-2Mi", "0", "4Mi"))
+}

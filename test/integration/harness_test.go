@@ -27,6 +27,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	os.Chmod(dir, 0o755) // TestIntegrationUnprivileged runs it as nobody
 	binary = filepath.Join(dir, "hotplugd")
 	build := exec.Command("go", "build", "-o", binary, "../../cmd/hotplugd")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
@@ -79,10 +80,20 @@ type daemonProc struct {
 // stopped (SIGTERM, then SIGKILL) by PID when the test ends.
 func startDaemon(t testing.TB, extra ...string) *daemonProc {
 	t.Helper()
+	return startDaemonAs(t, nil, extra...)
+}
+
+// startDaemonAs is startDaemon with the daemon running under cred (nil: as
+// the test).
+func startDaemonAs(t testing.TB, cred *syscall.Credential, extra ...string) *daemonProc {
+	t.Helper()
 	addr := freeAddr(t)
 	args := append([]string{"run", "--standalone", "--log-format", "json", "--log-level", "debug", "--metrics-addr", addr}, extra...)
 	cmd := exec.Command(binary, args...)
 	cmd.Env = filteredEnv()
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
