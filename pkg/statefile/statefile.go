@@ -27,33 +27,73 @@ var ErrTooLarge = fmt.Errorf("larger than %d bytes", MaxSize)
 // symlink at path, refuses anything but a regular file, and refuses files
 // larger than MaxSize. A missing file matches errors.Is(err, fs.ErrNotExist).
 func Read(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	b, _, err := read(path)
 	if err != nil {
-		if errors.Is(err, unix.ELOOP) {
-			return nil, fmt.Errorf("statefile: read %s: %w (a symlink; refusing to follow it)", path, ErrNotRegular)
-		}
 		return nil, fmt.Errorf("statefile: read %s: %w", path, err)
+	}
+	return b, nil
+}
+
+// read returns the contents and the permission bits of the regular file at
+// path, both from the one open file, so the mode Write keeps is the mode of
+// the file it backed up.
+func read(path string) ([]byte, fs.FileMode, error) {
+	// Look before opening: opening a device node can have side effects
+	// (a watchdog device arms on open). The fstat below checks again, on
+	// what was really opened.
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type()&(fs.ModeDevice|fs.ModeCharDevice) != 0 {
+		return nil, 0, fmt.Errorf("%w (%s)", ErrNotRegular, kind(fi.Mode()))
+	}
+	// O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+	// writer; it is refused below without being read. O_NOCTTY: a terminal
+	// opened by mistake must not become the controlling one.
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return nil, 0, fmt.Errorf("%w (a symlink; refusing to follow it)", ErrNotRegular)
+	case errors.Is(err, unix.ENXIO):
+		// open(2) gives ENXIO for a socket and for a device node
+		// without a driver: neither is a regular file.
+		return nil, 0, fmt.Errorf("%w (a socket or a device without a driver)", ErrNotRegular)
+	case err != nil:
+		return nil, 0, err
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("statefile: read %s: %w", path, err)
+		return nil, 0, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("statefile: read %s: %w (%s)", path, ErrNotRegular, fi.Mode().Type())
+		return nil, 0, fmt.Errorf("%w (%s)", ErrNotRegular, kind(fi.Mode()))
 	}
 	if fi.Size() > MaxSize {
-		return nil, fmt.Errorf("statefile: read %s: %w", path, ErrTooLarge)
+		return nil, 0, ErrTooLarge
 	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("statefile: read %s: %w", path, err)
+		return nil, 0, err
 	}
 	if len(b) > MaxSize {
-		return nil, fmt.Errorf("statefile: read %s: %w", path, ErrTooLarge)
+		return nil, 0, ErrTooLarge
 	}
-	return b, nil
+	return b, fi.Mode().Perm(), nil
+}
+
+// kind names the type of a file that is not regular, for an error message.
+func kind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	default:
+		return "file type " + m.Type().String()
+	}
 }
 
 // BackupPath is where Write copies the file before replacing it:
@@ -67,28 +107,35 @@ func BackupPath(path string, now time.Time) string {
 // first copied to BackupPath(path, now) (durably: fsync of the copy and of
 // the directory) and the new file keeps its mode; a new file gets 0644.
 // The replacement is atomic. It returns the backup's path, "" when there was
-// no file. The path must not be a symlink.
+// no file. The path must not be a symlink, and data must not be larger than
+// MaxSize (Read, and so the next Write, would refuse the file). An error
+// says whether the file at path is unchanged; a backup made before a failed
+// replacement is returned with the error.
 func Write(path string, data []byte, now time.Time) (backup string, err error) {
+	if len(data) > MaxSize {
+		return "", fmt.Errorf("statefile: write %s: new contents %w (the previous file is unchanged)", path, ErrTooLarge)
+	}
 	dir := filepath.Dir(path)
 	mode := fs.FileMode(0o644)
-	old, err := Read(path)
+	old, oldMode, err := read(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		old = nil
 	case err != nil:
-		return "", err
+		return "", fmt.Errorf("statefile: write %s: %w (the previous file is unchanged)", path, err)
 	default:
-		fi, err := os.Lstat(path)
-		if err != nil {
-			return "", fmt.Errorf("statefile: %w", err)
+		mode = oldMode
+		b := BackupPath(path, now)
+		if _, err := writeDurably(dir, b, old, mode, false); err != nil {
+			return "", fmt.Errorf("statefile: write %s: back up to %s: %w (the previous file is unchanged)", path, b, err)
 		}
-		mode = fi.Mode().Perm()
-		backup = BackupPath(path, now)
-		if err := writeDurably(dir, backup, old, mode, false); err != nil {
-			return "", fmt.Errorf("statefile: back up %s: %w", path, err)
-		}
+		backup = b
 	}
-	if err := writeDurably(dir, path, data, mode, true); err != nil {
+	if renamed, err := writeDurably(dir, path, data, mode, true); err != nil {
+		if renamed {
+			// The new file is in place but its directory entry may not
+			// survive a power loss: the caller must not report success.
+			return backup, fmt.Errorf("statefile: write %s: replaced, but not durably: %w", path, err)
+		}
 		return backup, fmt.Errorf("statefile: write %s: %w (the previous file is unchanged)", path, err)
 	}
 	return backup, nil
@@ -96,11 +143,12 @@ func Write(path string, data []byte, now time.Time) (backup string, err error) {
 
 // writeDurably writes data to a temporary file in dir, fsyncs it, renames
 // it to path and fsyncs dir. With replace false, an existing path is an
-// error (backups are never overwritten).
-func writeDurably(dir, path string, data []byte, mode fs.FileMode, replace bool) error {
+// error (backups are never overwritten). renamed reports whether path now
+// holds data, which is the case when only the fsync of dir failed.
+func writeDurably(dir, path string, data []byte, mode fs.FileMode, replace bool) (renamed bool, err error) {
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
 	if err != nil {
-		return err
+		return false, err
 	}
 	tmpName := tmp.Name()
 	defer func() {
@@ -110,29 +158,30 @@ func writeDurably(dir, path string, data []byte, mode fs.FileMode, replace bool)
 	}()
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
-		return err
+		return false, err
 	}
 	if err := tmp.Chmod(mode); err != nil {
 		tmp.Close()
-		return err
+		return false, err
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return err
+		return false, err
 	}
 	if err := tmp.Close(); err != nil {
-		return err
+		return false, err
 	}
 	if replace {
 		err = os.Rename(tmpName, path)
 	} else {
+		// EEXIST when path exists; the caller names path.
 		err = unix.Renameat2(unix.AT_FDCWD, tmpName, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE)
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	tmpName = ""
-	return syncDir(dir)
+	return true, syncDir(dir)
 }
 
 func syncDir(dir string) error {
