@@ -1,0 +1,205 @@
+package memmgr
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/hotplugd/hotplugd/pkg/topology"
+)
+
+// Memory manager policies, as memoryManagerPolicy spells them.
+const (
+	PolicyNone   = "None"
+	PolicyStatic = "Static"
+)
+
+// podLevelResourceManagers is the kubelet feature gate that switches the
+// memory manager to FormatV2 (alpha in 1.36, off by default).
+const podLevelResourceManagers = "PodLevelResourceManagers"
+
+// Config is what the kubelet's memory manager is started with, plus the
+// operator's choice for PlanRebuild.
+type Config struct {
+	// Policy is memoryManagerPolicy: PolicyNone or PolicyStatic.
+	Policy string
+	// ReservedMemory is reservedMemory: memory and hugepages held back per
+	// NUMA node (the Static policy's systemReserved column).
+	ReservedMemory []kubeletv1beta1.MemoryReservation
+	// NodeAllocatableReservation is what the kubelet holds back from each
+	// resource for node allocatable (systemReserved + kubeReserved + the
+	// memory.available hard eviction threshold), as
+	// topology.Snapshot.Reservation computes it. The Static policy requires
+	// the sum of ReservedMemory to equal it for memory and every hugepage
+	// size.
+	NodeAllocatableReservation v1.ResourceList
+	// PodLevelResourceManagers is the kubelet's feature gate of that name:
+	// with it the kubelet reads and writes FormatV2.
+	PodLevelResourceManagers bool
+	// Path is the state file's path, as the kubelet names it in its
+	// messages; "" means DefaultPath.
+	Path string
+	// AllowDrop lets PlanRebuild drop the assignments that no longer fit
+	// the machine (the operator drained their pods). Without it a plan
+	// with such assignments is not applied.
+	AllowDrop bool
+}
+
+// NewConfig returns the memory manager configuration of a kubelet running
+// with kc on the machine snap, its state file at path ("" for DefaultPath).
+func NewConfig(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot, path string) (Config, error) {
+	cfg := Config{
+		Policy:                   kc.MemoryManagerPolicy,
+		ReservedMemory:           kc.ReservedMemory,
+		PodLevelResourceManagers: kc.FeatureGates[podLevelResourceManagers],
+		Path:                     path,
+	}
+	if cfg.Policy == "" {
+		cfg.Policy = PolicyNone
+	}
+	if cfg.Policy == PolicyStatic {
+		r, err := snap.Reservation(kc)
+		if err != nil {
+			return Config{}, fmt.Errorf("memmgr: %w", err)
+		}
+		cfg.NodeAllocatableReservation = r
+	}
+	return cfg, nil
+}
+
+func (c Config) path() string {
+	if c.Path == "" {
+		return DefaultPath
+	}
+	return c.Path
+}
+
+// systemReserved maps NUMA node -> resource -> bytes held back, the Static
+// policy's view of reservedMemory.
+type systemReserved map[int]map[v1.ResourceName]uint64
+
+func (r systemReserved) get(node int, name v1.ResourceName) uint64 {
+	return r[node][name]
+}
+
+// checkPolicy returns the kubelet's error for a policy it does not know.
+func checkPolicy(cfg Config) error {
+	switch cfg.Policy {
+	case PolicyNone, PolicyStatic:
+		return nil
+	}
+	return &KubeletError{Kind: ErrConfig, Kubelet: fmt.Sprintf("unknown policy: %q", cfg.Policy)}
+}
+
+// staticReservation checks the configuration as the kubelet's memory
+// manager does when it creates the Static policy (NewManager: reservedMemory
+// against the machine and node allocatable, then at least some memory
+// reserved) and returns the reservation per node.
+func staticReservation(snap *topology.Snapshot, cfg Config) (systemReserved, error) {
+	if len(snap.NUMANodes) == 0 {
+		// cAdvisor then makes one node per CPU package with no memory;
+		// the Static policy is meaningless there.
+		return nil, &KubeletError{Kind: ErrConfig, Kubelet: "(no NUMA topology)",
+			Detail: "the machine has no NUMA nodes in sysfs (a kernel without CONFIG_NUMA): hotplugd does not model the Static memory manager there"}
+	}
+	nodes := map[int]bool{}
+	for _, n := range snap.NUMANodes {
+		nodes[n.ID] = true
+	}
+
+	// Totals per resource, summed in the kubelet's way (a Quantity keeps
+	// the format of the first non-zero term, which shows in the message).
+	totals := map[v1.ResourceName]resource.Quantity{}
+	for _, r := range cfg.ReservedMemory {
+		if !nodes[int(r.NumaNode)] {
+			return nil, &KubeletError{Kind: ErrConfig,
+				Kubelet: fmt.Sprintf("the reserved memory configuration references a NUMA node %d that does not exist on this machine", r.NumaNode),
+				Detail:  fmt.Sprintf("the machine has NUMA nodes %s; fix reservedMemory", nodeList(snap))}
+		}
+		for _, name := range sortedResourceNames(r.Limits) {
+			q := r.Limits[name].DeepCopy()
+			if v, ok := totals[name]; ok {
+				q.Add(v)
+			}
+			totals[name] = q
+		}
+	}
+	types := map[v1.ResourceName]bool{}
+	for name := range totals {
+		types[name] = true
+	}
+	for name := range cfg.NodeAllocatableReservation {
+		if name == v1.ResourceMemory || strings.HasPrefix(string(name), v1.ResourceHugePagesPrefix) {
+			types[name] = true
+		}
+	}
+	for _, name := range sortedKeys(types) {
+		allocatable := resource.NewQuantity(0, resource.DecimalSI)
+		if q, ok := cfg.NodeAllocatableReservation[name]; ok {
+			allocatable.Add(q)
+		}
+		reserved := resource.NewQuantity(0, resource.DecimalSI)
+		if q, ok := totals[name]; ok {
+			reserved.Add(q)
+		}
+		if !allocatable.Equal(*reserved) {
+			return nil, &KubeletError{Kind: ErrConfig,
+				Kubelet: fmt.Sprintf("the total amount %q of type %q is not equal to the value %q determined by Node Allocatable feature", reserved.String(), name, allocatable.String()),
+				Detail:  "reservedMemory must add up to systemReserved + kubeReserved + the memory.available hard eviction threshold"}
+		}
+	}
+
+	out := systemReserved{}
+	for _, n := range snap.NUMANodes {
+		out[n.ID] = map[v1.ResourceName]uint64{}
+	}
+	for _, r := range cfg.ReservedMemory {
+		for name, q := range r.Limits {
+			v, ok := q.AsInt64()
+			if !ok {
+				return nil, &KubeletError{Kind: ErrConfig, Kubelet: "could not covert a variable of type Quantity to int64",
+					Detail: fmt.Sprintf("reservedMemory %s on NUMA node %d", name, r.NumaNode)}
+			}
+			out[int(r.NumaNode)][name] = uint64(v)
+		}
+	}
+	var memory uint64
+	for _, n := range out {
+		memory += n[v1.ResourceMemory]
+	}
+	if memory == 0 {
+		return nil, &KubeletError{Kind: ErrConfig, Kubelet: "[memorymanager] you should specify the system reserved memory",
+			Detail: "the Static policy needs reservedMemory with memory on at least one NUMA node"}
+	}
+	return out, nil
+}
+
+func nodeList(snap *topology.Snapshot) string {
+	ids := make([]string, len(snap.NUMANodes))
+	for i, n := range snap.NUMANodes {
+		ids[i] = fmt.Sprint(n.ID)
+	}
+	return strings.Join(ids, ",")
+}
+
+func sortedResourceNames(l v1.ResourceList) []v1.ResourceName {
+	names := make([]v1.ResourceName, 0, len(l))
+	for n := range l {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func sortedKeys[K ~string | ~int, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,76 @@
+package memmgr
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors a KubeletError unwraps to, to tell apart with errors.Is what a
+// person has to do about it.
+var (
+	// ErrInvalid: the file is not a memory_manager_state the kubelet can
+	// decode (truncated, not JSON, wrong types).
+	ErrInvalid = errors.New("not a valid memory_manager_state")
+	// ErrCorrupt: the checksum does not verify.
+	ErrCorrupt = errors.New("checksum does not verify")
+	// ErrUnsupportedFormat: a layout hotplugd does not handle (kubelet
+	// 1.37's data/dataChecksum).
+	ErrUnsupportedFormat = errors.New("unsupported memory_manager_state format")
+	// ErrPolicy: the file was written under another memoryManagerPolicy.
+	ErrPolicy = errors.New("memory manager policy changed")
+	// ErrConfig: the kubelet's memory manager configuration does not fit
+	// this machine; no state file can fix it.
+	ErrConfig = errors.New("memory manager configuration refused")
+	// ErrMachineState: the file's machineState is not what the kubelet
+	// computes for this machine and these assignments. PlanRebuild repairs
+	// it.
+	ErrMachineState = errors.New("machine state differs from the machine")
+	// ErrAssignment: an assignment names a NUMA node or a memory resource
+	// the machine no longer has. PlanRebuild marks it NeedsDrain.
+	ErrAssignment = errors.New("assignment no longer fits the machine")
+	// ErrNeedsDrain: a plan that would drop assignments was not allowed to.
+	ErrNeedsDrain = errors.New("assignments need a drain")
+)
+
+// KubeletError is a state (or configuration) the kubelet's memory manager
+// refuses at start. Kubelet is what kubelet v1.36 says, verbatim (it logs it
+// wrapped as "start memory manager error: ..." and exits); Detail is
+// hotplugd's explanation of what differs.
+type KubeletError struct {
+	// Kind is one of the Err* values above.
+	Kind error
+	// Kubelet is the error the kubelet's memory manager returns.
+	Kubelet string
+	// Detail explains the error in terms of NUMA nodes and resources.
+	Detail string
+	// Cause is the underlying error (a JSON decoding error), if any.
+	Cause error
+}
+
+func (e *KubeletError) Error() string {
+	msg := "memmgr: the kubelet would refuse to start: " + e.Kubelet
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	return msg
+}
+
+// Unwrap returns Kind and Cause.
+func (e *KubeletError) Unwrap() []error {
+	if e.Cause != nil {
+		return []error{e.Kind, e.Cause}
+	}
+	return []error{e.Kind}
+}
+
+// restoreError is the kubelet's message when it cannot restore its state
+// from the checkpoint (state.NewCheckpointState).
+func restoreError(kind error, reason, path, detail string, cause error) *KubeletError {
+	return &KubeletError{
+		Kind: kind,
+		Kubelet: fmt.Sprintf("could not restore state from checkpoint: %s, please drain this node and delete the memory manager checkpoint file %q before restarting Kubelet",
+			reason, path),
+		Detail: detail,
+		Cause:  cause,
+	}
+}
