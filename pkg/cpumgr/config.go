@@ -1,0 +1,211 @@
+package cpumgr
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+
+	v1 "k8s.io/api/core/v1"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/cpuset"
+
+	"github.com/hotplugd/hotplugd/pkg/topology"
+)
+
+// CPU manager policies, as cpuManagerPolicy spells them.
+const (
+	PolicyNone   = "none"
+	PolicyStatic = "static"
+)
+
+// DefaultPath is the kubelet's cpu_manager_state under the default root
+// directory.
+const DefaultPath = "/var/lib/kubelet/cpu_manager_state"
+
+// The static policy options (cpuManagerPolicyOptions) that matter here.
+const (
+	optStrictCPUReservation      = "strict-cpu-reservation"
+	optDistributeCPUsAcrossCores = "distribute-cpus-across-cores"
+	optDistributeCPUsAcrossNUMA  = "distribute-cpus-across-numa"
+	optPreferAlignByUncoreCache  = "prefer-align-cpus-by-uncorecache"
+	optFullPCPUsOnly             = "full-pcpus-only"
+	optAlignBySocket             = "align-by-socket"
+)
+
+// The kubelet's option levels (policy_options.go) and the feature gates they
+// need.
+var (
+	alphaOptions  = []string{optAlignBySocket, optDistributeCPUsAcrossCores}
+	betaOptions   = []string{optDistributeCPUsAcrossNUMA}
+	stableOptions = []string{optFullPCPUsOnly, optStrictCPUReservation, optPreferAlignByUncoreCache}
+)
+
+// podLevelResourceManagers is the kubelet feature gate that switches the
+// CPU manager to FormatV3 (alpha in 1.36, off by default).
+const podLevelResourceManagers = "PodLevelResourceManagers"
+
+// Config is what the kubelet's CPU manager is started with, plus the
+// operator's choice for PlanRebuild.
+type Config struct {
+	// Policy is cpuManagerPolicy: PolicyNone or PolicyStatic.
+	Policy string
+	// Reserved are the CPUs the static policy keeps for the system: see
+	// ReservedCPUs.
+	Reserved cpuset.CPUSet
+	// StrictReservation is the strict-cpu-reservation policy option: the
+	// reserved CPUs are left out of the default set instead of kept in it.
+	StrictReservation bool
+	// PodLevelResourceManagers is the kubelet's feature gate of that name:
+	// with it the kubelet reads FormatV3 (falling back to V2) and writes V3;
+	// without it a V3 file does not load.
+	PodLevelResourceManagers bool
+	// Path is the state file's path, as the kubelet names it in its
+	// messages; "" means DefaultPath.
+	Path string
+	// AllowDrop lets PlanRebuild drop the assignments that lost CPUs (the
+	// operator drained their pods). Without it such a plan is not applied.
+	AllowDrop bool
+}
+
+func (c Config) path() string {
+	if c.Path == "" {
+		return DefaultPath
+	}
+	return c.Path
+}
+
+func (c Config) policy() string {
+	if c.Policy == "" {
+		return PolicyNone
+	}
+	return c.Policy
+}
+
+// NewConfig returns the CPU manager configuration of a kubelet running with
+// kc on the machine snap, its state file at path ("" for DefaultPath). For
+// the static policy it checks the policy options as the kubelet does and
+// computes the reserved CPUs (ReservedCPUs); an error is a configuration the
+// kubelet would refuse to start with, or one whose reserved CPUs hotplugd
+// cannot predict.
+func NewConfig(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot, path string) (Config, error) {
+	cfg := Config{
+		Policy:                   kc.CPUManagerPolicy,
+		PodLevelResourceManagers: kc.FeatureGates[podLevelResourceManagers],
+		Path:                     path,
+	}
+	cfg.Policy = cfg.policy()
+	if cfg.Policy != PolicyStatic {
+		return cfg, nil
+	}
+	opts, err := staticOptions(kc)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.StrictReservation = opts[optStrictCPUReservation]
+	if cfg.Reserved, err = ReservedCPUs(kc, snap); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// staticOptions parses cpuManagerPolicyOptions with the kubelet's rules
+// (NewStaticPolicyOptions): known names, options of alpha and beta level
+// only with their feature gates, boolean values, no incompatible pairs.
+func staticOptions(kc *kubeletv1beta1.KubeletConfiguration) (map[string]bool, error) {
+	opts := map[string]bool{}
+	for _, name := range slices.Sorted(maps.Keys(kc.CPUManagerPolicyOptions)) {
+		value := kc.CPUManagerPolicyOptions[name]
+		switch {
+		case slices.Contains(alphaOptions, name):
+			if !gate(kc, "CPUManagerPolicyAlphaOptions", false) {
+				return nil, fmt.Errorf("cpumgr: CPU Manager Policy Alpha-level Options not enabled, but option %q provided", name)
+			}
+		case slices.Contains(betaOptions, name):
+			if !gate(kc, "CPUManagerPolicyBetaOptions", true) {
+				return nil, fmt.Errorf("cpumgr: CPU Manager Policy Beta-level Options not enabled, but option %q provided", name)
+			}
+		case slices.Contains(stableOptions, name):
+		default:
+			return nil, fmt.Errorf("cpumgr: unknown CPU Manager Policy option: %q", name)
+		}
+		b, err := strconv.ParseBool(value)
+		if err != nil {
+			return nil, fmt.Errorf("cpumgr: bad value for option %q: %w", name, err)
+		}
+		opts[name] = b
+	}
+	for _, pair := range [][2]string{
+		{optFullPCPUsOnly, optDistributeCPUsAcrossCores},
+		{optDistributeCPUsAcrossNUMA, optDistributeCPUsAcrossCores},
+		{optPreferAlignByUncoreCache, optDistributeCPUsAcrossCores},
+		{optPreferAlignByUncoreCache, optDistributeCPUsAcrossNUMA},
+	} {
+		if opts[pair[0]] && opts[pair[1]] {
+			return nil, fmt.Errorf("cpumgr: static policy options %s and %s can not be used at the same time", pair[0], pair[1])
+		}
+	}
+	return opts, nil
+}
+
+func gate(kc *kubeletv1beta1.KubeletConfiguration, name string, def bool) bool {
+	if v, ok := kc.FeatureGates[name]; ok {
+		return v
+	}
+	return def
+}
+
+// ReservedCPUs returns the CPUs the kubelet's static policy reserves on the
+// machine snap: reservedSystemCPUs when set (it must name online CPUs);
+// otherwise the kubelet's own choice of ceil(systemReserved.cpu +
+// kubeReserved.cpu) CPUs, taken with the static policy's topology-aware
+// order (whole NUMA nodes and sockets, then whole cores, lowest first: 2 CPUs
+// on 4 cores x 2 threads with siblings n and n+4 are {0,4}). The static
+// policy requires a reservation greater than zero.
+//
+// The choice depends on the machine, so it can move when CPUs are added or
+// removed; PlanRebuild handles that. hotplugd does not predict the choice
+// under the distribute-cpus-across-numa and prefer-align-cpus-by-uncorecache
+// options (an error asks for reservedSystemCPUs instead).
+func ReservedCPUs(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot) (cpuset.CPUSet, error) {
+	topo := kubeletTopology(snap)
+	if kc.ReservedSystemCPUs != "" {
+		reserved, err := cpuset.Parse(kc.ReservedSystemCPUs)
+		if err != nil {
+			return cpuset.New(), fmt.Errorf("cpumgr: unable to parse reserved-cpus list: %w", err)
+		}
+		if !reserved.IsSubsetOf(topo.all) {
+			return cpuset.New(), fmt.Errorf("cpumgr: reserved-cpus: %s is not a subset of online-cpus: %s", kc.ReservedSystemCPUs, topo.all)
+		}
+		return reserved, nil
+	}
+	reservation, err := snap.Reservation(kc)
+	if err != nil {
+		return cpuset.New(), fmt.Errorf("cpumgr: %w", err)
+	}
+	q, ok := reservation[v1.ResourceCPU]
+	if !ok || q.IsZero() {
+		return cpuset.New(), fmt.Errorf("cpumgr: [cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero")
+	}
+	n := int(math.Ceil(float64(q.MilliValue()) / 1000))
+	opts, err := staticOptions(kc)
+	if err != nil {
+		return cpuset.New(), err
+	}
+	for _, o := range []string{optDistributeCPUsAcrossNUMA, optPreferAlignByUncoreCache} {
+		if opts[o] {
+			return cpuset.New(), fmt.Errorf("cpumgr: cannot predict the CPUs the kubelet reserves with the %s option: set reservedSystemCPUs", o)
+		}
+	}
+	strategy := sortPacked
+	if opts[optDistributeCPUsAcrossCores] {
+		strategy = sortSpread
+	}
+	// NewStaticPolicy ignores takeByTopology's error and checks the size.
+	reserved, _ := takeByTopology(topo, topo.all, n, strategy)
+	if reserved.Size() != n {
+		return cpuset.New(), fmt.Errorf("cpumgr: [cpumanager] unable to reserve the required amount of CPUs (size of %s did not equal %d)", reserved, n)
+	}
+	return reserved, nil
+}

@@ -1,0 +1,113 @@
+package cpumgr
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrCorrupt is a file the kubelet would not load: not JSON, a field of
+	// the wrong type, an unparsable CPU list, or a checksum that does not
+	// verify ("checkpoint is corrupted" in the kubelet's words). See
+	// LoadError.
+	ErrCorrupt = errors.New("corrupt checkpoint")
+	// ErrUnknownFormat is JSON that is not a cpu_manager_state checkpoint at
+	// all: not an object, or an object without policyName.
+	ErrUnknownFormat = errors.New("not a cpu_manager_state checkpoint")
+	// ErrUnsupportedFormat is a checkpoint in a format hotplugd recognises
+	// but does not rewrite (V1 with assignments, V4). See FormatError.
+	ErrUnsupportedFormat = errors.New("unsupported checkpoint format")
+	// ErrInvalidState is a state the kubelet would refuse to start with.
+	// See StartError.
+	ErrInvalidState = errors.New("kubelet would refuse the state")
+	// ErrPolicyChanged is a checkpoint written under another CPU manager
+	// policy than the one configured. It is also an ErrInvalidState.
+	ErrPolicyChanged = errors.New("cpu manager policy changed")
+	// ErrNeedsDrain is a rebuild that would drop an assignment whose CPUs
+	// are gone or now reserved: the plan that comes with it lists the pods
+	// to drain before planning again with Config.AllowDrop.
+	ErrNeedsDrain = errors.New("assignments cannot be kept: drain their pods first")
+	// ErrUnrepairable is a state no rebuild can make valid for the kubelet
+	// (the kubelet's own choice of CPUs leaves nothing valid to write).
+	ErrUnrepairable = errors.New("state cannot be rebuilt")
+)
+
+// LoadError is a checkpoint the kubelet's loader refuses. Kubelet is the
+// reason in the kubelet's words, e.g. "checkpoint is corrupted" or
+// "json: cannot unmarshal object into Go struct field
+// CPUManagerCheckpointV1.entries of type string".
+type LoadError struct {
+	Kubelet string
+	err     error
+}
+
+func (e *LoadError) Error() string { return "corrupt checkpoint: " + e.Kubelet }
+
+// Unwrap returns the underlying JSON or parse error, if any.
+func (e *LoadError) Unwrap() error { return e.err }
+
+// Is reports ErrCorrupt.
+func (e *LoadError) Is(target error) bool { return target == ErrCorrupt }
+
+// FormatError is a checkpoint format hotplugd recognises and refuses, or a
+// file that is not a checkpoint (Format "").
+type FormatError struct {
+	// Format is the recognised format: "V1" or "V4"; "" for a file that is
+	// not a cpu_manager_state checkpoint.
+	Format Format
+	// Reason says why it is refused.
+	Reason string
+}
+
+func (e *FormatError) Error() string {
+	if e.Format == "" {
+		return "not a cpu_manager_state checkpoint: " + e.Reason
+	}
+	return fmt.Sprintf("unsupported cpu_manager_state format %s: %s", e.Format, e.Reason)
+}
+
+// Is reports ErrUnknownFormat or ErrUnsupportedFormat.
+func (e *FormatError) Is(target error) bool {
+	if e.Format == "" {
+		return target == ErrUnknownFormat
+	}
+	return target == ErrUnsupportedFormat
+}
+
+// Rule names the start-up check a state fails.
+type Rule string
+
+// The kubelet's start-up checks, in the order it makes them.
+const (
+	// RuleLoad: the kubelet's checkpoint loader refuses the file (under the
+	// configured feature gates).
+	RuleLoad Rule = "load"
+	// RulePolicy: the checkpoint's policy is not the configured one, or the
+	// configured policy is unknown.
+	RulePolicy Rule = "policy"
+	// RuleEmptyDefault: an empty default set with assignments.
+	RuleEmptyDefault Rule = "empty-default"
+	// RuleReserved: reserved CPUs missing from the default set (present in
+	// it with strict-cpu-reservation).
+	RuleReserved Rule = "reserved"
+	// RuleOverlap: an assignment overlaps the default set.
+	RuleOverlap Rule = "overlap"
+	// RuleCPUs: the default set and the assignments do not add up to the
+	// online CPUs.
+	RuleCPUs Rule = "cpus"
+)
+
+// StartError is the kubelet's refusal of a state at start. Kubelet is the
+// error the kubelet's cpumanager Start returns, word for word (the kubelet
+// logs it as "start cpu manager error: " + Kubelet and exits).
+type StartError struct {
+	Rule    Rule
+	Kubelet string
+}
+
+func (e *StartError) Error() string { return "cpumgr: kubelet would not start: " + e.Kubelet }
+
+// Is reports ErrInvalidState, and ErrPolicyChanged for RulePolicy.
+func (e *StartError) Is(target error) bool {
+	return target == ErrInvalidState || (target == ErrPolicyChanged && e.Rule == RulePolicy)
+}

@@ -1,0 +1,222 @@
+package preflight
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotplugd/hotplugd/internal/fixturegen"
+	"github.com/hotplugd/hotplugd/pkg/cpumgr"
+	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
+	"github.com/hotplugd/hotplugd/pkg/topology"
+)
+
+const vectors = "../cpumgr/testdata"
+
+// machine writes a 1-socket, n-CPU, 1-node machine and snapshots it.
+func machine(t *testing.T, cpus int, memKB uint64) *topology.Snapshot {
+	t.Helper()
+	root := t.TempDir()
+	m := fixturegen.Machine{
+		Sockets: 1, CoresPerSocket: cpus, ThreadsPerCore: 1,
+		Nodes:           []fixturegen.Node{{CPUs: fixturegen.CPUs(0, cpus-1), MemTotalKB: memKB}},
+		MemoryBlockSize: 128 << 20, MemoryBlocks: fixturegen.Blocks(8),
+		HugePageSizesKB: []int{2048},
+	}
+	if err := m.WriteDir(root); err != nil {
+		t.Fatal(err)
+	}
+	s, err := topology.NewFS(filepath.Join(root, "sys"), filepath.Join(root, "proc")).CapacitySnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func staticConfig(t *testing.T) Options {
+	t.Helper()
+	cfg, err := kubeletconfig.Parse([]byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Options{RootDir: t.TempDir(), Config: cfg, Now: time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)}
+}
+
+func install(t *testing.T, o Options, vector string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(vectors, vector))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(o.RootDir, CPUManagerState), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func cpuResult(t *testing.T, rep Report) Result {
+	t.Helper()
+	for _, r := range rep.Results {
+		if r.File == CPUManagerState {
+			return r
+		}
+	}
+	t.Fatal("no cpu_manager_state result")
+	return Result{}
+}
+
+func TestAbsent(t *testing.T) {
+	o := staticConfig(t)
+	rep := Run(machine(t, 4, 8<<20), o)
+	for _, r := range rep.Results {
+		if r.Verdict != Absent {
+			t.Errorf("%s: %s, want absent", r.File, r.Verdict)
+		}
+	}
+	if rep.NeedsPerson() {
+		t.Error("NeedsPerson() for absent files")
+	}
+}
+
+// TestCPUUpgradeIsRepaired is the incident: a node with a static CPU manager
+// comes back with 16 CPUs instead of 8; the pinned containers keep their CPUs
+// and the new ones join the default set.
+func TestCPUUpgradeIsRepaired(t *testing.T) {
+	o := staticConfig(t)
+	old := install(t, o, "c03-static-8cpu-2entries.cpu_manager_state")
+	snap := machine(t, 16, 8<<20)
+
+	dry := o
+	dry.DryRun = true
+	if r := cpuResult(t, Run(snap, dry)); r.Verdict != WouldRepair || !strings.Contains(r.Plan, "8-15") {
+		t.Fatalf("dry run: %+v", r)
+	}
+	if b, _ := os.ReadFile(filepath.Join(o.RootDir, CPUManagerState)); string(b) != string(old) {
+		t.Fatal("the dry run changed the file")
+	}
+
+	r := cpuResult(t, Run(snap, o))
+	if r.Verdict != Repaired {
+		t.Fatalf("verdict %s, want repaired: %+v", r.Verdict, r)
+	}
+	if b, err := os.ReadFile(r.Backup); err != nil || string(b) != string(old) {
+		t.Errorf("backup %s: %v, want the old file", r.Backup, err)
+	}
+	st, err := cpumgr.ReadFile(r.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := cpumgr.NewConfig(o.Config, snap, r.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cpumgr.Validate(st, snap, cfg); err != nil {
+		t.Errorf("the repaired file is not valid: %v", err)
+	}
+	if got := st.DefaultCPUSet.String(); got != "0-1,6-15" {
+		t.Errorf("default set %s, want 0-1,6-15", got)
+	}
+	// A second run finds it valid.
+	if r := cpuResult(t, Run(snap, o)); r.Verdict != Valid {
+		t.Errorf("second run: %s, want valid", r.Verdict)
+	}
+}
+
+// TestLostCPUsNeedAPerson: back with 4 CPUs, the pinned containers lost
+// theirs: nothing is written unless the operator allows the drop.
+func TestLostCPUsNeedAPerson(t *testing.T) {
+	o := staticConfig(t)
+	old := install(t, o, "c03-static-8cpu-2entries.cpu_manager_state")
+	snap := machine(t, 4, 8<<20)
+	rep := Run(snap, o)
+	r := cpuResult(t, rep)
+	if r.Verdict != NeedsPerson || !rep.NeedsPerson() || !strings.Contains(r.Todo, "--allow-drop-assignments") {
+		t.Fatalf("%+v, want needs a person with what to do", r)
+	}
+	if b, _ := os.ReadFile(r.Path); string(b) != string(old) {
+		t.Fatal("the file was changed")
+	}
+	o.AllowDrop = true
+	if r := cpuResult(t, Run(snap, o)); r.Verdict != Repaired {
+		t.Fatalf("with --allow-drop-assignments: %+v", r)
+	}
+}
+
+func TestCorruptFileNeedsAPerson(t *testing.T) {
+	o := staticConfig(t)
+	path := filepath.Join(o.RootDir, CPUManagerState)
+	if err := os.WriteFile(path, []byte(`{"policyName":"static","defaultCpuSet":"0-3","checksum":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := cpuResult(t, Run(machine(t, 4, 8<<20), o))
+	if r.Verdict != NeedsPerson || r.Why == "" {
+		t.Fatalf("%+v, want needs a person", r)
+	}
+	if b, _ := os.ReadFile(path); !strings.Contains(string(b), `"checksum":1`) {
+		t.Fatal("the corrupt file was changed")
+	}
+}
+
+func TestPolicyChangedNeedsAPerson(t *testing.T) {
+	o := staticConfig(t)
+	install(t, o, "c16-policy-none.cpu_manager_state")
+	r := cpuResult(t, Run(machine(t, 8, 8<<20), o))
+	if r.Verdict != NeedsPerson || !strings.Contains(r.Todo, "policy changed") {
+		t.Fatalf("%+v, want needs a person: policy changed", r)
+	}
+}
+
+// TestMemoryHotAddIsRepaired: a Static memory manager's state after the
+// node's memory doubled (8Gi -> 16Gi) is rebuilt, keeping the assignment.
+func TestMemoryHotAddIsRepaired(t *testing.T) {
+	cfg, err := kubeletconfig.Parse([]byte(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+memoryManagerPolicy: Static
+systemReserved: {memory: 924Mi}
+reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{RootDir: t.TempDir(), Config: cfg, Now: time.Now()}
+	old, err := os.ReadFile("../memmgr/testdata/m04-static-1-entry.memory_manager_state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(o.RootDir, MemoryManagerState)
+	if err := os.WriteFile(path, old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	snapWith := func(memKB uint64) *topology.Snapshot {
+		root := t.TempDir()
+		m := fixturegen.Machine{
+			Sockets: 1, CoresPerSocket: 4, ThreadsPerCore: 1,
+			Nodes:           []fixturegen.Node{{CPUs: fixturegen.CPUs(0, 3), MemTotalKB: memKB, HugePages: map[int]int{2048: 512}}},
+			MemoryBlockSize: 128 << 20, MemoryBlocks: fixturegen.Blocks(8),
+			HugePageSizesKB: []int{2048},
+		}
+		if err := m.WriteDir(root); err != nil {
+			t.Fatal(err)
+		}
+		s, err := topology.NewFS(filepath.Join(root, "sys"), filepath.Join(root, "proc")).CapacitySnapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if r := Run(snapWith(8<<20), o).Results[1]; r.Verdict != Valid {
+		t.Fatalf("on its own machine: %+v, want valid", r)
+	}
+	r := Run(snapWith(16<<20), o).Results[1]
+	if r.Verdict != Repaired {
+		t.Fatalf("after memory hot-add: %+v, want repaired", r)
+	}
+	if b, _ := os.ReadFile(r.Backup); string(b) != string(old) {
+		t.Error("backup differs from the old file")
+	}
+	if r := Run(snapWith(16<<20), o).Results[1]; r.Verdict != Valid {
+		t.Errorf("second run: %+v, want valid", r)
+	}
+}

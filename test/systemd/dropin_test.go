@@ -1,0 +1,84 @@
+package systemd_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const dropinPath = "../../deploy/systemd/kubelet.service.d/10-hotplugd-preflight.conf"
+
+// verifyDropin runs `systemd-analyze verify` on a minimal kubelet.service
+// with the drop-in beside it (found through SYSTEMD_UNIT_PATH), and returns
+// every problem it reports.
+func verifyDropin(t *testing.T, dropin string) []string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	unit := "[Unit]\nDescription=kubelet\n[Service]\nExecStart=" + self + "\n[Install]\nWantedBy=multi-user.target\n"
+	if err := os.WriteFile(filepath.Join(dir, "kubelet.service"), []byte(unit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "kubelet.service.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dropin = strings.ReplaceAll(dropin, installedAt+" ", self+" ")
+	if err := os.WriteFile(filepath.Join(dir, "kubelet.service.d", "10-hotplugd-preflight.conf"), []byte(dropin), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SYSTEMD_UNIT_PATH", dir+":")
+	out, err := analyze(t, "verify", filepath.Join(dir, "kubelet.service"))
+	var problems []string
+	if err != nil {
+		problems = append(problems, "systemd-analyze verify: "+err.Error())
+	}
+	for line := range strings.Lines(out) {
+		if line = strings.TrimSpace(line); line != "" {
+			problems = append(problems, line)
+		}
+	}
+	return problems
+}
+
+func readDropin(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(dropinPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestDropinVerify(t *testing.T) {
+	if problems := verifyDropin(t, readDropin(t)); len(problems) > 0 {
+		t.Errorf("systemd-analyze verify with %s:\n%s", dropinPath, strings.Join(problems, "\n"))
+	}
+	// The check sees the drop-in: a broken key in it is reported.
+	broken := strings.Replace(readDropin(t), "ExecStartPre=", "ExecStartPrr=", 1)
+	if problems := verifyDropin(t, broken); !strings.Contains(strings.Join(problems, "\n"), "Unknown key") {
+		t.Errorf("a misspelled key in the drop-in was not reported: %v", problems)
+	}
+}
+
+// TestDropinRunsPreflightStrictly: preflight runs before the kubelet, and
+// its failure stops the kubelet's start (no "-" prefix that would hide it).
+func TestDropinRunsPreflightStrictly(t *testing.T) {
+	d := readDropin(t)
+	var pre []string
+	for line := range strings.Lines(d) {
+		if strings.HasPrefix(line, "ExecStartPre=") {
+			pre = append(pre, strings.TrimSpace(line))
+		}
+	}
+	want := "ExecStartPre=" + installedAt + " preflight $HOTPLUGD_PREFLIGHT_ARGS"
+	if len(pre) != 1 || pre[0] != want {
+		t.Errorf("ExecStartPre lines %q, want exactly %q", pre, want)
+	}
+	if !strings.Contains(d, "EnvironmentFile=-/etc/default/hotplugd") {
+		t.Error("the drop-in does not read /etc/default/hotplugd")
+	}
+}
