@@ -50,10 +50,10 @@ $(STATICCHECK):
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-## bench: snapshot timings and the ratio against cAdvisor's machine.Info; the daemon's
+## bench: snapshot timings and the ratio against cAdvisor's machine.Info; state-file verify+plan+write; the daemon's
 ## detection latency, reconciles per burst and idle cost on this machine (as root, ~3 min)
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/topology/
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/topology/ ./pkg/cpumgr/ ./pkg/memmgr/ ./pkg/statefile/
 	cd $(COMPAT) && $(GO) test -run '^$$' -bench . -benchmem ./...
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/integration/
 
