@@ -66,3 +66,20 @@ func (b bitset) set() cpuset.CPUSet {
 	}
 	return cpuset.New(ids...)
 }
+
+// andNot returns the CPUs of b that are not in o.
+func (b bitset) andNot(o bitset) bitset {
+	out := make(bitset, len(b))
+	for i, w := range b {
+		if i < len(o) {
+			w &^= o[i]
+		}
+		out[i] = w
+	}
+	return out
+}
+
+// without returns b less the CPUs of s.
+func (b bitset) without(s cpuset.CPUSet) bitset {
+	return b.andNot(toBits(s))
+}

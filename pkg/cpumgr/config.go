@@ -96,8 +96,15 @@ func NewConfig(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot,
 		Path:                     path,
 	}
 	cfg.Policy = cfg.policy()
-	if cfg.Policy != PolicyStatic {
+	switch cfg.Policy {
+	case PolicyNone:
+		if len(kc.CPUManagerPolicyOptions) > 0 {
+			return Config{}, fmt.Errorf("cpumgr: None policy: received unsupported options=%v", kc.CPUManagerPolicyOptions)
+		}
 		return cfg, nil
+	case PolicyStatic:
+	default:
+		return Config{}, fmt.Errorf("cpumgr: unknown policy: \"%s\"", cfg.Policy)
 	}
 	opts, err := staticOptions(kc)
 	if err != nil {
@@ -175,8 +182,8 @@ func ReservedCPUs(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapsh
 		if err != nil {
 			return cpuset.New(), fmt.Errorf("cpumgr: unable to parse reserved-cpus list: %w", err)
 		}
-		if !reserved.IsSubsetOf(topo.all) {
-			return cpuset.New(), fmt.Errorf("cpumgr: reserved-cpus: %s is not a subset of online-cpus: %s", kc.ReservedSystemCPUs, topo.all)
+		if all := topo.all(); !reserved.IsSubsetOf(all) {
+			return cpuset.New(), fmt.Errorf("cpumgr: reserved-cpus: %s is not a subset of online-cpus: %s", kc.ReservedSystemCPUs, all)
 		}
 		return reserved, nil
 	}
@@ -203,7 +210,7 @@ func ReservedCPUs(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapsh
 		strategy = sortSpread
 	}
 	// NewStaticPolicy ignores takeByTopology's error and checks the size.
-	reserved, _ := takeByTopology(topo, topo.all, n, strategy)
+	reserved, _ := takeByTopology(topo, topo.all(), n, strategy)
 	if reserved.Size() != n {
 		return cpuset.New(), fmt.Errorf("cpumgr: [cpumanager] unable to reserve the required amount of CPUs (size of %s did not equal %d)", reserved, n)
 	}

@@ -107,7 +107,16 @@ type StartError struct {
 
 func (e *StartError) Error() string { return "cpumgr: kubelet would not start: " + e.Kubelet }
 
-// Is reports ErrInvalidState, and ErrPolicyChanged for RulePolicy.
+// Is reports ErrInvalidState; also ErrPolicyChanged for RulePolicy and
+// ErrCorrupt for RuleLoad.
 func (e *StartError) Is(target error) bool {
-	return target == ErrInvalidState || (target == ErrPolicyChanged && e.Rule == RulePolicy)
+	switch target {
+	case ErrInvalidState:
+		return true
+	case ErrPolicyChanged:
+		return e.Rule == RulePolicy
+	case ErrCorrupt:
+		return e.Rule == RuleLoad
+	}
+	return false
 }

@@ -84,20 +84,22 @@ func PlanRebuild(s *State, snap *topology.Snapshot, cfg Config) (*Plan, error) {
 		Reserved: cfg.Reserved,
 		Strict:   cfg.StrictReservation,
 	}
+	onlineBits, reservedBits := toBits(online), toBits(cfg.Reserved)
+	// The CPUs the default set and the assignments must add up to.
+	all := onlineBits
+	if cfg.StrictReservation {
+		all = all.andNot(reservedBits)
+	}
 	if cfg.policy() == PolicyStatic && s.PolicyName == PolicyStatic {
-		all := online
-		if cfg.StrictReservation {
-			all = all.Difference(cfg.Reserved)
-		}
-		known := knownCPUs(s, true)
-		p.Added = all.Difference(known)
-		p.Removed = known.Difference(online)
+		known := knownBits(s, true)
+		p.Added = all.andNot(known).set()
+		p.Removed = known.andNot(onlineBits).set()
 	}
 
 	invalid := validate(s, online, cfg)
 	if invalid == nil {
 		p.New = s
-		p.Kept = append(containerAssignments(s), podAssignments(s)...)
+		p.Kept = append(podAssignments(s), containerAssignments(s)...)
 		return p, nil
 	}
 	p.Invalid = invalid
@@ -115,7 +117,6 @@ func PlanRebuild(s *State, snap *topology.Snapshot, cfg Config) (*Plan, error) {
 		n.Format = FormatV3
 		n.PodEntries = map[string]cpuset.CPUSet{}
 	}
-	onlineBits, reservedBits := toBits(online), toBits(cfg.Reserved)
 	var assigned bitset
 	check := func(a Assignment) (Drain, bool) {
 		var lost, reserved []int
@@ -177,17 +178,7 @@ func PlanRebuild(s *State, snap *topology.Snapshot, cfg Config) (*Plan, error) {
 		}
 	}
 
-	all := online
-	if cfg.StrictReservation {
-		all = all.Difference(cfg.Reserved)
-	}
-	var def []int
-	for _, cpu := range all.UnsortedList() {
-		if !assigned.has(cpu) {
-			def = append(def, cpu)
-		}
-	}
-	n.DefaultCPUSet = cpuset.New(def...)
+	n.DefaultCPUSet = all.andNot(assigned).set()
 
 	if len(p.NeedsDrain) > 0 {
 		if !cfg.AllowDrop {

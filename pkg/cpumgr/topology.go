@@ -31,7 +31,6 @@ type cpuTopology struct {
 	// cpus are the CPUs, ascending; details[cpu] places each of them.
 	cpus    []int
 	details []cpuInfo
-	all     cpuset.CPUSet
 	// groups[level][id] are the CPUs of one NUMA node, socket or core,
 	// ascending.
 	groups [numLevels]map[int][]int
@@ -86,7 +85,6 @@ func kubeletTopology(snap *topology.Snapshot) *cpuTopology {
 		}
 		t.cpus = append(t.cpus, c.ID)
 	}
-	t.all = cpuset.New(t.cpus...)
 	t.numCPUs = len(online)
 	if len(snap.NUMANodes) == 0 {
 		// Without NUMA nodes cAdvisor counts every cpuN directory.
@@ -142,6 +140,9 @@ type accumulator struct {
 	numaFirst bool
 	spread    bool
 }
+
+// all returns the topology's CPUs.
+func (t *cpuTopology) all() cpuset.CPUSet { return cpuset.New(t.cpus...) }
 
 // takeByTopology returns numCPUs CPUs of available chosen as the kubelet's
 // static policy chooses them (takeByTopologyNUMAPacked): whole NUMA nodes

@@ -69,10 +69,6 @@ func validate(s *State, online cpuset.CPUSet, cfg Config) *StartError {
 		return nil
 	}
 
-	all := online
-	if cfg.StrictReservation {
-		all = all.Difference(cfg.Reserved)
-	}
 	def := s.DefaultCPUSet
 	if def.IsEmpty() {
 		if len(s.Entries) != 0 {
@@ -112,8 +108,12 @@ func validate(s *State, online cpuset.CPUSet, cfg Config) *StartError {
 			known.addSet(set)
 		}
 	}
-	if !known.equal(toBits(all)) {
-		return &StartError{Rule: RuleCPUs, Kubelet: fmt.Sprintf("current set of available CPUs %q doesn't match with CPUs in state %q", all.String(), known.set().String())}
+	all := toBits(online)
+	if cfg.StrictReservation {
+		all = all.without(cfg.Reserved)
+	}
+	if !known.equal(all) {
+		return &StartError{Rule: RuleCPUs, Kubelet: fmt.Sprintf("current set of available CPUs %q doesn't match with CPUs in state %q", all.set().String(), known.set().String())}
 	}
 	return nil
 }
@@ -121,7 +121,9 @@ func validate(s *State, online cpuset.CPUSet, cfg Config) *StartError {
 // knownCPUs is the union of the default set and every assignment, with the
 // pod-level ones when the gate is on (the kubelet does not load them
 // otherwise).
-func knownCPUs(s *State, podLevel bool) cpuset.CPUSet {
+func knownCPUs(s *State, podLevel bool) cpuset.CPUSet { return knownBits(s, podLevel).set() }
+
+func knownBits(s *State, podLevel bool) bitset {
 	known := toBits(s.DefaultCPUSet)
 	for _, containers := range s.Entries {
 		for _, set := range containers {
@@ -133,7 +135,7 @@ func knownCPUs(s *State, podLevel bool) cpuset.CPUSet {
 			known.addSet(set)
 		}
 	}
-	return known.set()
+	return known
 }
 
 // Assignment is one exclusive assignment: a container's CPUs, or, with
