@@ -2,7 +2,8 @@
 // (cpu_manager_state, memory_manager_state) the way a careful operator
 // would: reads are capped in size and refuse anything but a regular file
 // (a symlink in place of the state file is an error, not followed); a write
-// first copies the current file to a timestamped backup next to it, then
+// first keeps the current file as a timestamped backup next to it (a hard
+// link, or a copy where links are not possible), then
 // replaces it atomically (temporary file in the same directory, fsync,
 // rename, fsync of the directory), so a crash at any point leaves the old
 // file or the new one, never a mix, and the old one is always recoverable.

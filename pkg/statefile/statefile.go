@@ -104,8 +104,10 @@ func BackupPath(path string, now time.Time) string {
 }
 
 // Write replaces the file at path with data. When the file exists it is
-// first copied to BackupPath(path, now) (durably: fsync of the copy and of
-// the directory) and the new file keeps its mode; a new file gets 0644.
+// first kept as BackupPath(path, now): a hard link to the old file (which
+// the rename then leaves alone), or a copy where a link is not possible,
+// made durable (fsync of the old data and of the directory) before the
+// replacement; the new file keeps the old mode; a new file gets 0644.
 // The replacement is atomic. It returns the backup's path, "" when there was
 // no file. The path must not be a symlink, and data must not be larger than
 // MaxSize (Read, and so the next Write, would refuse the file). An error
@@ -125,8 +127,14 @@ func Write(path string, data []byte, now time.Time) (backup string, err error) {
 	default:
 		mode = oldMode
 		b := BackupPath(path, now)
-		if _, err := writeDurably(dir, b, old, mode, false); err != nil {
-			return "", fmt.Errorf("statefile: write %s: back up to %s: %w (the previous file is unchanged)", path, b, err)
+		if err := linkBackup(dir, path, b); err != nil {
+			// No hard links here (or the link failed): copy instead.
+			if errors.Is(err, fs.ErrExist) {
+				return "", fmt.Errorf("statefile: write %s: back up to %s: %w (the previous file is unchanged)", path, b, err)
+			}
+			if _, err := writeDurably(dir, b, old, mode, false); err != nil {
+				return "", fmt.Errorf("statefile: write %s: back up to %s: %w (the previous file is unchanged)", path, b, err)
+			}
 		}
 		backup = b
 	}
@@ -139,6 +147,29 @@ func Write(path string, data []byte, now time.Time) (backup string, err error) {
 		return backup, fmt.Errorf("statefile: write %s: %w (the previous file is unchanged)", path, err)
 	}
 	return backup, nil
+}
+
+// linkBackup makes backup a hard link to the current file: the old inode
+// stays as it is when the new file is renamed over path, with no copy of its
+// data. The old data and the new directory entry are made durable before
+// the caller replaces path. An existing backup is never replaced.
+func linkBackup(dir, path, backup string) error {
+	if err := os.Link(path, backup); err != nil {
+		return err
+	}
+	f, err := os.Open(backup)
+	if err == nil {
+		err = f.Sync() // nothing to do when its writer synced it
+		f.Close()
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		os.Remove(backup)
+		return err
+	}
+	return nil
 }
 
 // writeDurably writes data to a temporary file in dir, fsyncs it, renames

@@ -423,9 +423,12 @@ func TestIntegrationWriteNoSpace(t *testing.T) {
 			wantBackup: true,
 		},
 		{
-			name: "backup does not fit",
-			old:  strings.Repeat("o", 40<<10),
-			data: newState,
+			// The backup is a hard link and takes no space; the new file
+			// does not fit beside the old one.
+			name:       "new file does not fit beside the old one",
+			old:        strings.Repeat("o", 40<<10),
+			data:       strings.Repeat("n", 30<<10),
+			wantBackup: true,
 		},
 	}
 	for _, tt := range tests {
