@@ -106,102 +106,159 @@ func Run(snap *topology.Snapshot, o Options) Report {
 	if o.Now.IsZero() {
 		o.Now = time.Now()
 	}
-	return Report{Results: []Result{checkCPU(snap, o), checkMemory(snap, o)}}
+	return Report{Results: []Result{check(cpuManager(snap, o), o), check(memoryManager(snap, o), o)}}
 }
 
 const drainTodo = "drain the node (kubectl drain), then run hotplugd preflight --allow-drop-assignments; or restore the CPUs or memory the pods were using"
 
-func checkCPU(snap *topology.Snapshot, o Options) Result {
-	path := filepath.Join(o.RootDir, CPUManagerState)
-	res := Result{File: CPUManagerState, Path: path}
-	st, err := cpumgr.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		res.Verdict = Absent
-		return res
-	}
-	if err != nil {
-		return needsPerson(res, err, unreadableTodo(path))
-	}
-	cfg, err := cpumgr.NewConfig(o.Config, snap, path)
-	if err != nil {
-		return needsPerson(res, err, "fix the kubelet configuration (cpuManagerPolicy, reservedSystemCPUs, cpuManagerPolicyOptions)")
-	}
-	cfg.AllowDrop = o.AllowDrop
-	if cpumgr.Validate(st, snap, cfg) == nil {
-		res.Verdict = Valid
-		return res
-	}
-	plan, err := cpumgr.PlanRebuild(st, snap, cfg)
-	if plan != nil {
-		res.Plan = plan.String()
-	}
-	switch {
-	case errors.Is(err, cpumgr.ErrNeedsDrain):
-		return needsPerson(res, err, drainTodo)
-	case errors.Is(err, cpumgr.ErrPolicyChanged):
-		return needsPerson(res, err, "the CPU manager policy changed: drain the node, then delete "+path+" before starting the kubelet")
-	case err != nil:
-		return needsPerson(res, err, unreadableTodo(path))
-	case !plan.Changed:
-		res.Verdict = Valid
-		return res
-	case o.DryRun:
-		res.Verdict = WouldRepair
-		return res
-	}
-	backup, err := cpumgr.Apply(plan, o.Now)
-	res.Backup = backup
-	if err != nil {
-		return needsPerson(res, err, "check the file system under "+o.RootDir+"; the state file is unchanged")
-	}
-	res.Verdict = Repaired
-	return res
+// manager is what preflight needs of one state file's package (cpumgr,
+// memmgr), so both files go through the same steps.
+type manager struct {
+	file string
+	// configTodo says what to fix when the configuration is refused.
+	configTodo string
+	// load reads the file and the manager's configuration; fs.ErrNotExist
+	// when the file is absent, errConfig-wrapped when the configuration is
+	// refused.
+	load func(path string) (loaded, error)
 }
 
-func checkMemory(snap *topology.Snapshot, o Options) Result {
-	path := filepath.Join(o.RootDir, MemoryManagerState)
-	res := Result{File: MemoryManagerState, Path: path}
-	st, err := memmgr.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
+// loaded is one state file read, with its configuration.
+type loaded struct {
+	// validate is the kubelet's start-up verdict.
+	validate func() error
+	// plan plans the rebuild: the plan's text (empty when none), whether
+	// it changes the file, and the error that blocks it.
+	plan func() (text string, changed bool, apply func(time.Time) (string, error), err error)
+}
+
+// errConfig marks a configuration the manager refuses.
+var errConfig = errors.New("configuration refused")
+
+// errPolicy marks a changed policy.
+var errPolicy = errors.New("policy changed")
+
+// errDrain marks assignments that need a drain.
+var errDrain = errors.New("needs drain")
+
+func cpuManager(snap *topology.Snapshot, o Options) manager {
+	return manager{
+		file:       CPUManagerState,
+		configTodo: "fix the kubelet configuration (cpuManagerPolicy, reservedSystemCPUs, cpuManagerPolicyOptions)",
+		load: func(path string) (loaded, error) {
+			st, err := cpumgr.ReadFile(path)
+			if err != nil {
+				return loaded{}, err
+			}
+			cfg, err := cpumgr.NewConfig(o.Config, snap, path)
+			if err != nil {
+				return loaded{}, fmt.Errorf("%w: %w", errConfig, err)
+			}
+			cfg.AllowDrop = o.AllowDrop
+			return loaded{
+				validate: func() error { return cpumgr.Validate(st, snap, cfg) },
+				plan: func() (string, bool, func(time.Time) (string, error), error) {
+					p, err := cpumgr.PlanRebuild(st, snap, cfg)
+					text := ""
+					if p != nil {
+						text = p.String()
+					}
+					switch {
+					case errors.Is(err, cpumgr.ErrNeedsDrain):
+						err = fmt.Errorf("%w: %w", errDrain, err)
+					case errors.Is(err, cpumgr.ErrPolicyChanged):
+						err = fmt.Errorf("%w: %w", errPolicy, err)
+					}
+					if err != nil {
+						return text, false, nil, err
+					}
+					return text, p.Changed, func(now time.Time) (string, error) { return cpumgr.Apply(p, now) }, nil
+				},
+			}, nil
+		},
+	}
+}
+
+func memoryManager(snap *topology.Snapshot, o Options) manager {
+	return manager{
+		file:       MemoryManagerState,
+		configTodo: "fix the kubelet configuration (memoryManagerPolicy, reservedMemory, systemReserved, kubeReserved, evictionHard)",
+		load: func(path string) (loaded, error) {
+			st, err := memmgr.ReadFile(path)
+			if err != nil {
+				return loaded{}, err
+			}
+			cfg, err := memmgr.NewConfig(o.Config, snap, path)
+			if err != nil {
+				return loaded{}, fmt.Errorf("%w: %w", errConfig, err)
+			}
+			cfg.AllowDrop = o.AllowDrop
+			return loaded{
+				validate: func() error { return memmgr.Validate(st, snap, cfg) },
+				plan: func() (string, bool, func(time.Time) (string, error), error) {
+					p, err := memmgr.PlanRebuild(st, snap, cfg)
+					text := ""
+					if p != nil {
+						text = p.String()
+					}
+					switch {
+					case errors.Is(err, memmgr.ErrPolicy):
+						err = fmt.Errorf("%w: %w", errPolicy, err)
+					case errors.Is(err, memmgr.ErrConfig):
+						err = fmt.Errorf("%w: %w", errConfig, err)
+					case err == nil && p.Blocked():
+						err = fmt.Errorf("%w: %d assignments no longer fit the machine", errDrain, len(p.NeedsDrain))
+					}
+					if err != nil {
+						return text, false, nil, err
+					}
+					return text, p.Changed, p.Write, nil
+				},
+			}, nil
+		},
+	}
+}
+
+// check runs one state file through read, validate, plan and apply.
+func check(m manager, o Options) Result {
+	path := filepath.Join(o.RootDir, m.file)
+	res := Result{File: m.file, Path: path}
+	l, err := m.load(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		res.Verdict = Absent
 		return res
-	}
-	if err != nil {
+	case errors.Is(err, errConfig):
+		return needsPerson(res, err, m.configTodo)
+	case err != nil:
 		return needsPerson(res, err, unreadableTodo(path))
 	}
-	cfg, err := memmgr.NewConfig(o.Config, snap, path)
-	if err != nil {
-		return needsPerson(res, err, "fix the kubelet configuration (memoryManagerPolicy, reservedMemory)")
-	}
-	cfg.AllowDrop = o.AllowDrop
-	if memmgr.Validate(st, snap, cfg) == nil {
+	if l.validate() == nil {
 		res.Verdict = Valid
 		return res
 	}
-	plan, err := memmgr.PlanRebuild(st, snap, cfg)
-	if plan != nil {
-		res.Plan = plan.String()
-	}
+	text, changed, apply, err := l.plan()
+	res.Plan = text
 	switch {
-	case errors.Is(err, memmgr.ErrPolicy):
-		return needsPerson(res, err, "the memory manager policy changed: drain the node, then delete "+path+" before starting the kubelet")
-	case errors.Is(err, memmgr.ErrConfig):
-		return needsPerson(res, err, "fix the kubelet configuration (memoryManagerPolicy, reservedMemory, systemReserved, kubeReserved, evictionHard)")
+	case errors.Is(err, errDrain):
+		return needsPerson(res, err, drainTodo)
+	case errors.Is(err, errPolicy):
+		return needsPerson(res, err, "the "+m.file+" policy changed: drain the node, then delete "+path+" before starting the kubelet")
+	case errors.Is(err, errConfig):
+		return needsPerson(res, err, m.configTodo)
 	case err != nil:
 		return needsPerson(res, err, unreadableTodo(path))
-	case plan.Blocked():
-		return needsPerson(res, fmt.Errorf("%d assignments no longer fit the machine", len(plan.NeedsDrain)), drainTodo)
-	case !plan.Changed:
+	case !changed:
 		res.Verdict = Valid
 		return res
 	case o.DryRun:
 		res.Verdict = WouldRepair
 		return res
 	}
-	backup, err := plan.Write(o.Now)
+	backup, err := apply(o.Now)
 	res.Backup = backup
 	if err != nil {
-		return needsPerson(res, err, "check the file system under "+o.RootDir+"; the state file is unchanged")
+		return needsPerson(res, err, "check the file system under "+o.RootDir+" (the error says whether the file changed), then run hotplugd preflight again")
 	}
 	res.Verdict = Repaired
 	return res

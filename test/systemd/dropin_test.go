@@ -2,7 +2,6 @@ package systemd_test
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -10,38 +9,14 @@ import (
 const dropinPath = "../../deploy/systemd/kubelet.service.d/10-hotplugd-preflight.conf"
 
 // verifyDropin runs `systemd-analyze verify` on a minimal kubelet.service
-// with the drop-in beside it (found through SYSTEMD_UNIT_PATH), and returns
-// every problem it reports.
+// with the drop-in beside it, and returns every problem it reports.
 func verifyDropin(t *testing.T, dropin string) []string {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	unit := "[Unit]\nDescription=kubelet\n[Service]\nExecStart=" + self + "\n[Install]\nWantedBy=multi-user.target\n"
-	if err := os.WriteFile(filepath.Join(dir, "kubelet.service"), []byte(unit), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(filepath.Join(dir, "kubelet.service.d"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dropin = strings.ReplaceAll(dropin, installedAt+" ", self+" ")
-	if err := os.WriteFile(filepath.Join(dir, "kubelet.service.d", "10-hotplugd-preflight.conf"), []byte(dropin), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("SYSTEMD_UNIT_PATH", dir+":")
-	out, err := analyze(t, "verify", filepath.Join(dir, "kubelet.service"))
-	var problems []string
-	if err != nil {
-		problems = append(problems, "systemd-analyze verify: "+err.Error())
-	}
-	for line := range strings.Lines(out) {
-		if line = strings.TrimSpace(line); line != "" {
-			problems = append(problems, line)
-		}
-	}
-	return problems
+	kubelet := "[Unit]\nDescription=kubelet\n[Service]\nExecStart=" + installedAt + " kubelet\n[Install]\nWantedBy=multi-user.target\n"
+	return verifyFiles(t, "kubelet.service", map[string]string{
+		"kubelet.service": kubelet,
+		"kubelet.service.d/10-hotplugd-preflight.conf": dropin,
+	})
 }
 
 func readDropin(t *testing.T) string {

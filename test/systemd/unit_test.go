@@ -58,16 +58,33 @@ func analyze(t *testing.T, args ...string) (string, error) {
 // ExecStart is executable and nothing is installed here.
 func verify(t *testing.T, unit string) []string {
 	t.Helper()
+	return verifyFiles(t, "hotplugd.service", map[string]string{"hotplugd.service": unit})
+}
+
+// verifyFiles writes files (relative path -> content, the installed
+// binary's path replaced by this test binary's) into a temporary directory
+// on SYSTEMD_UNIT_PATH, so drop-ins beside a unit are loaded, runs
+// `systemd-analyze verify` on the unit, and returns every problem it
+// reports.
+func verifyFiles(t *testing.T, unit string, files map[string]string) []string {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	unit = strings.ReplaceAll(unit, installedAt+" ", self+" ")
-	path := filepath.Join(t.TempDir(), "hotplugd.service")
-	if err := os.WriteFile(path, []byte(unit), 0o644); err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	for name, content := range files {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		content = strings.ReplaceAll(content, installedAt+" ", self+" ")
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	out, err := analyze(t, "verify", path)
+	t.Setenv("SYSTEMD_UNIT_PATH", dir+":")
+	out, err := analyze(t, "verify", filepath.Join(dir, unit))
 	var problems []string
 	if err != nil {
 		problems = append(problems, "systemd-analyze verify: "+err.Error())
