@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
@@ -204,7 +203,7 @@ func (k memKubelet) start(t *testing.T, m memMachine, dir string) error {
 
 func memStart(mgr memorymanager.Manager) error {
 	ctx := klog.NewContext(context.Background(), logr.Discard())
-	return mgr.Start(ctx, func() []*v1.Pod { return nil }, memSourcesNeverReady{}, memNoPodStatus{}, memNoRuntime{}, containermap.NewContainerMap())
+	return mgr.Start(ctx, func() []*v1.Pod { return nil }, sourcesNeverReady{}, noPodStatus{}, noRuntime{}, containermap.NewContainerMap())
 }
 
 // startWith writes b as the state file in a new directory, runs start and
@@ -432,17 +431,3 @@ func memKubeletMessage(t *testing.T, err error) string {
 	return ke.Kubelet
 }
 
-type memSourcesNeverReady struct{}
-
-func (memSourcesNeverReady) AddSource(string) {}
-func (memSourcesNeverReady) AllReady() bool   { return false }
-
-type memNoPodStatus struct{}
-
-func (memNoPodStatus) GetPodStatus(types.UID) (v1.PodStatus, bool) { return v1.PodStatus{}, false }
-
-type memNoRuntime struct{}
-
-func (memNoRuntime) UpdateContainerResources(context.Context, string, *runtimeapi.ContainerResources) error {
-	return nil
-}
