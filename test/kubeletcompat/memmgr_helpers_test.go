@@ -430,4 +430,3 @@ func memKubeletMessage(t *testing.T, err error) string {
 	}
 	return ke.Kubelet
 }
-
