@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-logr/logr"
 	cadvisorapi "github.com/google/cadvisor/info/v1"
-	"github.com/google/cadvisor/machine"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,7 +29,6 @@ import (
 	"github.com/hotplugd/hotplugd/pkg/cpumgr"
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
 	"github.com/hotplugd/hotplugd/pkg/topology"
-	"github.com/hotplugd/hotplugd/test/kubeletcompat/oracle"
 )
 
 // cpuStateFile is the kubelet's checkpoint name (cpuManagerStateFileName).
@@ -47,26 +45,7 @@ type cpuMachine struct {
 // code (the kubelet's machine info) and with hotplugd's.
 func newCPUMachine(t *testing.T, m fixturegen.Machine) cpuMachine {
 	t.Helper()
-	root := t.TempDir()
-	if err := m.WriteDir(root); err != nil {
-		t.Fatal(err)
-	}
-	sys, proc := filepath.Join(root, "sys"), filepath.Join(root, "proc")
-	info, err := oracle.MachineInfoFromRoot(sys, proc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// MachineInfoFromRoot leaves NumSockets out; machine.Info counts the
-	// "physical id" values of /proc/cpuinfo.
-	cpuinfo, err := os.ReadFile(filepath.Join(proc, "cpuinfo"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info.NumSockets = machine.GetSockets(cpuinfo)
-	snap, err := topology.NewFS(sys, proc).CapacitySnapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	info, snap := readTree(t, m)
 	return cpuMachine{info: info, snap: snap}
 }
 

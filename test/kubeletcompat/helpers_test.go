@@ -9,10 +9,13 @@ import (
 	"strings"
 	"testing"
 
+	cadvisorapi "github.com/google/cadvisor/info/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/cpuset"
 
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
+	"github.com/hotplugd/hotplugd/pkg/topology"
+	"github.com/hotplugd/hotplugd/test/kubeletcompat/oracle"
 )
 
 // quantities renders a resource list as name -> quantity string, the form in
@@ -125,4 +128,24 @@ var memoryBlock = regexp.MustCompile(`^sys/devices/system/memory/memory[0-9]+(/|
 // blocks.
 func extractArchive(archive, dir string) error {
 	return fixturegen.ExtractFunc(archive, dir, func(name string) bool { return !memoryBlock.MatchString(name) })
+}
+
+// readTree writes m as a sysfs/procfs tree and reads it with cAdvisor's code
+// (the kubelet's machine info) and with hotplugd's reconcile snapshot.
+func readTree(t *testing.T, m fixturegen.Machine) (*cadvisorapi.MachineInfo, *topology.Snapshot) {
+	t.Helper()
+	root := t.TempDir()
+	if err := m.WriteDir(root); err != nil {
+		t.Fatal(err)
+	}
+	sys, proc := filepath.Join(root, "sys"), filepath.Join(root, "proc")
+	info, err := oracle.MachineInfoFromRoot(sys, proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := topology.NewFS(sys, proc).CapacitySnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info, snap
 }

@@ -70,19 +70,7 @@ func newMemMachine(t *testing.T, cpusPerNode int, sizesKB []int, nodes ...memNod
 	for i, n := range nodes {
 		m.Nodes = append(m.Nodes, fixturegen.Node{CPUs: fixturegen.CPUs(i*cpusPerNode, (i+1)*cpusPerNode-1), MemTotalKB: n.memGiB << 20, HugePages: n.hugepages})
 	}
-	root := t.TempDir()
-	if err := m.WriteDir(root); err != nil {
-		t.Fatal(err)
-	}
-	sys, proc := filepath.Join(root, "sys"), filepath.Join(root, "proc")
-	info, err := oracle.MachineInfoFromRoot(sys, proc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := topology.NewFS(sys, proc).CapacitySnapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	info, snap := readTree(t, m)
 	return memMachine{info: info, snap: snap}
 }
 

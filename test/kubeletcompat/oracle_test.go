@@ -42,6 +42,9 @@ func TestOracleMachineInfoFromRoot(t *testing.T) {
 		if diff := cmp.Diff(threads(want), threads(got)); diff != "" {
 			t.Errorf("topology differs (-machine.Info +MachineInfoFromRoot):\n%s", diff)
 		}
+		if got.NumSockets != want.NumSockets {
+			t.Errorf("NumSockets = %d, machine.Info says %d", got.NumSockets, want.NumSockets)
+		}
 	})
 	t.Run("tree of the hand-built machine", func(t *testing.T) {
 		root := t.TempDir()

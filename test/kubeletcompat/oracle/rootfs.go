@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	cadvisorapi "github.com/google/cadvisor/info/v1"
+	"github.com/google/cadvisor/machine"
 	"github.com/google/cadvisor/utils/sysfs"
 	"github.com/google/cadvisor/utils/sysinfo"
 	"k8s.io/utils/cpuset"
@@ -24,7 +25,10 @@ var memTotal = regexp.MustCompile(`MemTotal:\s*([0-9]+) kB`)
 // cAdvisor's own code (sysinfo.GetNodesInfo and sysinfo.GetHugePagesInfo, as
 // machine.Info calls them) through a SysFs that maps cAdvisor's absolute
 // /sys paths under sysRoot; memory is MemTotal of procRoot/meminfo parsed with
-// cAdvisor's expression. Everything else in MachineInfo is left zero.
+// cAdvisor's expression; NumSockets is cAdvisor's count of the "physical id"
+// values of procRoot/cpuinfo (left 0 when the tree has no cpuinfo; the CPU
+// manager's choices depend on it). Everything else in MachineInfo is left
+// zero.
 func MachineInfoFromRoot(sysRoot, procRoot string) (*cadvisorapi.MachineInfo, error) {
 	sfs := rootedSysFs{SysFs: sysfs.NewRealSysFs(), root: filepath.Clean(sysRoot)}
 
@@ -50,8 +54,13 @@ func MachineInfoFromRoot(sysRoot, procRoot string) (*cadvisorapi.MachineInfo, er
 	if err != nil {
 		return nil, fmt.Errorf("oracle: cadvisor topology: %w", err)
 	}
+	sockets := 0
+	if cpuinfo, err := os.ReadFile(filepath.Join(procRoot, "cpuinfo")); err == nil {
+		sockets = machine.GetSockets(cpuinfo)
+	}
 	return &cadvisorapi.MachineInfo{
 		NumCores:       numCores,
+		NumSockets:     sockets,
 		MemoryCapacity: memKiB * 1024,
 		HugePages:      hugePages,
 		Topology:       topo,
