@@ -15,12 +15,7 @@ import (
 func preflightEnv(t *testing.T, cpus int) (args []string, statePath string, old []byte) {
 	t.Helper()
 	machine := t.TempDir()
-	m := fixturegen.Machine{
-		Sockets: 1, CoresPerSocket: cpus, ThreadsPerCore: 1,
-		Nodes:           []fixturegen.Node{{CPUs: fixturegen.CPUs(0, cpus-1), MemTotalKB: 8 << 20}},
-		MemoryBlockSize: 128 << 20, MemoryBlocks: fixturegen.Blocks(8),
-		HugePageSizesKB: []int{2048},
-	}
+	m := fixturegen.OneNode(cpus, 8<<20, 0)
 	if err := m.WriteDir(machine); err != nil {
 		t.Fatal(err)
 	}

@@ -76,3 +76,15 @@ func large448() Machine {
 	m.MemTotalKB = sockets*m.Nodes[0].MemTotalKB - 8*65536 // kernel reservations
 	return m
 }
+
+// OneNode is the small machine unit tests build: one socket of cpus cores
+// (one thread each), one NUMA node with memKB of memory in 128 MiB blocks,
+// and the 2048 kB hugepage size with pages2M pages on the node.
+func OneNode(cpus int, memKB uint64, pages2M int) Machine {
+	return Machine{
+		Sockets: 1, CoresPerSocket: cpus, ThreadsPerCore: 1,
+		Nodes:           []Node{{CPUs: CPUs(0, cpus-1), MemTotalKB: memKB, HugePages: map[int]int{kb2M: pages2M}}},
+		MemoryBlockSize: 128 * mib, MemoryBlocks: Blocks(int(memKB * 1024 / (128 * mib))),
+		HugePageSizesKB: []int{kb2M},
+	}
+}

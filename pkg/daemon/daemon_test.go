@@ -58,12 +58,7 @@ const quiet = 500 * time.Millisecond
 func start(t *testing.T) *harness {
 	t.Helper()
 	root := t.TempDir()
-	m := fixturegen.Machine{
-		Sockets: 1, CoresPerSocket: 2, ThreadsPerCore: 1,
-		Nodes:           []fixturegen.Node{{CPUs: fixturegen.CPUs(0, 1), MemTotalKB: 4194304}},
-		MemoryBlockSize: 128 << 20, MemoryBlocks: fixturegen.Blocks(32),
-		HugePageSizesKB: []int{2048},
-	}
+	m := fixturegen.OneNode(2, 4194304, 0)
 	if err := m.WriteDir(root); err != nil {
 		t.Fatal(err)
 	}

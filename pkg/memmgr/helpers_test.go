@@ -66,11 +66,7 @@ func staticCfg(perNode map[int]uint64) Config {
 // tree and read back with the topology package, as preflight does.
 func vectorMachine(t *testing.T, memGiB uint64) *topology.Snapshot {
 	t.Helper()
-	m := fixturegen.Machine{
-		Sockets: 1, CoresPerSocket: 4, ThreadsPerCore: 1,
-		Nodes:           []fixturegen.Node{{CPUs: fixturegen.CPUs(0, 3), MemTotalKB: memGiB << 20, HugePages: map[int]int{2048: 512}}},
-		HugePageSizesKB: []int{2048},
-	}
+	m := fixturegen.OneNode(4, memGiB<<20, 512)
 	dir := t.TempDir()
 	if err := m.WriteDir(dir); err != nil {
 		t.Fatal(err)

@@ -18,19 +18,14 @@ const vectors = "../cpumgr/testdata"
 // machine writes a 1-socket, n-CPU, 1-node machine and snapshots it.
 func machine(t *testing.T, cpus int, memKB uint64) *topology.Snapshot {
 	t.Helper()
-	return machineWith(t, cpus, memKB, nil)
+	return machineWith(t, cpus, memKB, 0)
 }
 
-// machineWith is machine with the node's hugepages (count by size in kB).
-func machineWith(t *testing.T, cpus int, memKB uint64, hugepages map[int]int) *topology.Snapshot {
+// machineWith is machine with pages2M 2 MiB hugepages on the node.
+func machineWith(t *testing.T, cpus int, memKB uint64, pages2M int) *topology.Snapshot {
 	t.Helper()
 	root := t.TempDir()
-	m := fixturegen.Machine{
-		Sockets: 1, CoresPerSocket: cpus, ThreadsPerCore: 1,
-		Nodes:           []fixturegen.Node{{CPUs: fixturegen.CPUs(0, cpus-1), MemTotalKB: memKB, HugePages: hugepages}},
-		MemoryBlockSize: 128 << 20, MemoryBlocks: fixturegen.Blocks(8),
-		HugePageSizesKB: []int{2048},
-	}
+	m := fixturegen.OneNode(cpus, memKB, pages2M)
 	if err := m.WriteDir(root); err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +190,7 @@ reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]
 	if err := os.WriteFile(path, old, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	snapWith := func(memKB uint64) *topology.Snapshot { return machineWith(t, 4, memKB, map[int]int{2048: 512}) }
+	snapWith := func(memKB uint64) *topology.Snapshot { return machineWith(t, 4, memKB, 512) }
 	if r := Run(snapWith(8<<20), o).Results[1]; r.Verdict != Valid {
 		t.Fatalf("on its own machine: %+v, want valid", r)
 	}

@@ -14,12 +14,7 @@ import (
 
 // smallMachine is a 2-CPU, 1-node machine with 2Mi hugepages.
 func smallMachine() fixturegen.Machine {
-	return fixturegen.Machine{
-		Sockets: 1, CoresPerSocket: 2, ThreadsPerCore: 1,
-		Nodes:           []fixturegen.Node{{CPUs: fixturegen.CPUs(0, 1), MemTotalKB: 4194304, HugePages: map[int]int{2048: 8}}},
-		MemoryBlockSize: 128 << 20, MemoryBlocks: fixturegen.Blocks(32),
-		HugePageSizesKB: []int{2048},
-	}
+	return fixturegen.OneNode(2, 4194304, 8)
 }
 
 // TestSnapshotBadInput checks that a malformed file is an error naming it,
