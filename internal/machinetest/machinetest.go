@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -92,20 +91,6 @@ func (m *Machine) set(t testing.TB, path, value string) string {
 		t.Fatalf("machinetest: %v", err)
 	}
 	return got
-}
-
-// HugePageFiles returns every hugepage count file of one size: the global
-// sysfs file, each node's file and, for the default size,
-// /proc/sys/vm/nr_hugepages.
-func HugePageFiles(pageSizeKiB uint64) []string {
-	name := fmt.Sprintf("hugepages-%dkB", pageSizeKiB)
-	files := []string{filepath.Join("/sys/kernel/mm/hugepages", name, "nr_hugepages")}
-	nodes, _ := filepath.Glob(filepath.Join("/sys/devices/system/node/node*/hugepages", name, "nr_hugepages"))
-	files = append(files, nodes...)
-	if pageSizeKiB == 2048 {
-		files = append(files, "/proc/sys/vm/nr_hugepages")
-	}
-	return files
 }
 
 func boolValue(b bool) string {

@@ -36,13 +36,3 @@ func TestIntegrationRestore(t *testing.T) {
 		t.Errorf("cpu1 online = %s after the subtest, want %s", got, oldCPU)
 	}
 }
-
-func TestHugePageFiles(t *testing.T) {
-	files := HugePageFiles(2048)
-	if len(files) == 0 || files[0] != "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages" || files[len(files)-1] != "/proc/sys/vm/nr_hugepages" {
-		t.Errorf("HugePageFiles(2048) = %v", files)
-	}
-	if files := HugePageFiles(1048576); files[len(files)-1] == "/proc/sys/vm/nr_hugepages" {
-		t.Errorf("HugePageFiles(1048576) includes /proc/sys/vm/nr_hugepages")
-	}
-}
