@@ -42,9 +42,14 @@ type Config struct {
 	// Uevents and HugePages replace the real sources in tests.
 	Uevents   UeventSource
 	HugePages HugePageSource
-	// OnReconcile, when set, is called after every reconcile (tests,
-	// benchmarks).
+	// OnReconcile, when set, is called after every reconcile, from the
+	// reconcile goroutine: it must not block. The node reporter and the
+	// remedy are fed this way; tests and benchmarks too.
 	OnReconcile func(Result)
+	// Tasks run alongside the loop, under the same cancellation, once the
+	// first snapshot is taken (the node reporter, the remedy). An error
+	// from one stops the daemon.
+	Tasks []func(ctx context.Context) error
 }
 
 // Notifier is the service manager (sd_notify).
@@ -81,6 +86,10 @@ type Result struct {
 	Latency time.Duration
 	Err     error
 }
+
+// EventDriven reports whether the batch was opened by something that
+// happened on the machine (not the start or the periodic resync).
+func (r Result) EventDriven() bool { return eventDriven(r.Batch) }
 
 // Daemon is the running event loop.
 type Daemon struct {
@@ -146,6 +155,15 @@ func New(cfg Config) (*Daemon, error) {
 // Metrics returns the daemon's metrics.
 func (d *Daemon) Metrics() *Metrics { return d.metrics }
 
+// Busy reports whether a burst of events is still arriving or being
+// reconciled: the remedy never acts then.
+func (d *Daemon) Busy() bool {
+	return d.debouncer.Pending() || d.busySince.Load() != 0
+}
+
+// FS is the topology reader, for a full snapshot.
+func (d *Daemon) FS() topology.FS { return d.fs }
+
 // Trigger asks for a reconcile (e.g. on SIGHUP).
 func (d *Daemon) Trigger(t debounce.Trigger) { d.debouncer.Trigger(t) }
 
@@ -194,6 +212,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	})
 	if d.cfg.Resync > 0 {
 		g.Go(func() error { return d.resync(ctx) })
+	}
+	for _, task := range d.cfg.Tasks {
+		g.Go(func() error { return task(ctx) })
 	}
 	g.Go(func() error { return d.cfg.Notifier.RunWatchdog(ctx, d.responsive) })
 

@@ -127,6 +127,14 @@ func (d *Debouncer) Trigger(t Trigger) {
 	}
 }
 
+// Pending reports whether triggers are waiting for their batch to fire:
+// a burst is still arriving or going quiet.
+func (d *Debouncer) Pending() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.window.Pending()
+}
+
 // Run fires batches until ctx is done, then returns nil. A batch pending at
 // cancellation is dropped: the daemon is stopping.
 func (d *Debouncer) Run(ctx context.Context, fire func(Batch)) error {

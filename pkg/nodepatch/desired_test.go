@@ -1,0 +1,130 @@
+package nodepatch
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+)
+
+// apply applies the patches as the API server does.
+func apply(t *testing.T, node *v1.Node, patches ...[]byte) *v1.Node {
+	t.Helper()
+	cur, err := json.Marshal(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range patches {
+		if p == nil {
+			continue
+		}
+		if cur, err = strategicpatch.StrategicMergePatch(cur, p, v1.Node{}); err != nil {
+			t.Fatalf("patch %s: %v", p, err)
+		}
+	}
+	out := &v1.Node{}
+	if err := json.Unmarshal(cur, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestDesiredLifecycle(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
+	minDelta := resource.MustParse("100Mi")
+	node := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{"other": "kept"}},
+		Status: v1.NodeStatus{
+			Capacity:   list("cpu", "2", "memory", "1Gi"),
+			Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady"}},
+		},
+	}
+	pred := Prediction{Capacity: list("cpu", "1", "memory", "1Gi")}
+
+	// 1. Drift appears: condition True, annotations set.
+	step := func(now time.Time, note Note) (meta, status []byte) {
+		d := desiredFor(node, pred, Compare(pred, node.Status, minDelta), note, now)
+		meta, status = patches(node, d)
+		node = apply(t, node, meta, status)
+		return meta, status
+	}
+	meta, status := step(t0, Note{})
+	if meta == nil || status == nil {
+		t.Fatalf("first sync wrote meta=%s status=%s, want both", meta, status)
+	}
+	c := findCondition(node)
+	want := v1.NodeCondition{Type: ConditionType, Status: v1.ConditionTrue, Reason: ReasonCapacityDrift,
+		Message:            "the kubelet reports what the machine had when it started (reported -> this machine): capacity cpu 2 -> 1",
+		LastHeartbeatTime:  metav1.NewTime(t0),
+		LastTransitionTime: metav1.NewTime(t0)}
+	if diff := cmp.Diff(want, *c); diff != "" {
+		t.Errorf("condition (-want +got):\n%s", diff)
+	}
+	wantAnn := map[string]string{"other": "kept", AnnotationCapacity: "cpu=1,memory=1Gi", AnnotationLastChange: "2026-11-22T04:00:00Z"}
+	if diff := cmp.Diff(wantAnn, node.Annotations); diff != "" {
+		t.Errorf("annotations (-want +got):\n%s", diff)
+	}
+	if len(node.Status.Conditions) != 2 {
+		t.Errorf("Ready condition lost: %+v", node.Status.Conditions)
+	}
+
+	// 2. Nothing changed: nothing to write (a daemon restart writes nothing).
+	if meta, status := step(t0.Add(time.Minute), Note{}); meta != nil || status != nil {
+		t.Errorf("unchanged node: wrote meta=%s status=%s", meta, status)
+	}
+
+	// 3. A note: reason and message change, transition time kept.
+	_, status = step(t0.Add(2*time.Minute), Note{Reason: ReasonRemediationFailed, Message: "boom"})
+	if status == nil {
+		t.Fatal("note not written")
+	}
+	c = findCondition(node)
+	if c.Reason != ReasonRemediationFailed || c.Message != want.Message+"; boom" || !c.LastTransitionTime.Equal(&want.LastTransitionTime) {
+		t.Errorf("with note: %+v", c)
+	}
+
+	// 4. The kubelet restarted and reports the machine: False, new
+	// transition time, last-change kept (the detected capacity did not change).
+	node.Status.Capacity = list("cpu", "1", "memory", "1Gi")
+	t3 := t0.Add(3 * time.Minute)
+	meta, _ = step(t3, Note{})
+	if meta != nil {
+		t.Errorf("annotations rewritten: %s", meta)
+	}
+	c = findCondition(node)
+	if c.Status != v1.ConditionFalse || c.Reason != ReasonCapacityCurrent || !c.LastTransitionTime.Time.Equal(t3) {
+		t.Errorf("after restart: %+v", c)
+	}
+	if node.Annotations[AnnotationLastChange] != "2026-11-22T04:00:00Z" {
+		t.Errorf("last-change = %q", node.Annotations[AnnotationLastChange])
+	}
+
+	// 5. The machine changes again: last-change moves; allocatable appears.
+	pred = Prediction{Capacity: list("cpu", "2", "memory", "1Gi"), Allocatable: list("cpu", "2", "memory", "900Mi")}
+	t4 := t0.Add(4 * time.Minute)
+	step(t4, Note{})
+	if got := node.Annotations[AnnotationLastChange]; got != t4.Format(time.RFC3339) {
+		t.Errorf("last-change = %q, want %s", got, t4.Format(time.RFC3339))
+	}
+	if got := node.Annotations[AnnotationAllocatable]; got != "cpu=2,memory=900Mi" {
+		t.Errorf("allocatable annotation = %q", got)
+	}
+	// 6. Allocatable unknown again: its annotation is removed.
+	pred.Allocatable = nil
+	step(t4, Note{})
+	if _, ok := node.Annotations[AnnotationAllocatable]; ok {
+		t.Errorf("allocatable annotation kept: %v", node.Annotations)
+	}
+}
+
+func TestFormatResources(t *testing.T) {
+	got := FormatResources(list("memory", "1Gi", "hugepages-1Gi", "0", "cpu", "2", "hugepages-2Mi", "2Mi"))
+	if want := "cpu=2,memory=1Gi,hugepages-1Gi=0,hugepages-2Mi=2Mi"; got != want {
+		t.Errorf("FormatResources = %q, want %q", got, want)
+	}
+}

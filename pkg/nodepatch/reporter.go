@@ -1,0 +1,427 @@
+package nodepatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+)
+
+// Options configure a Reporter.
+type Options struct {
+	Client   kubernetes.Interface
+	NodeName string
+	// MinMemoryDelta is the smallest memory difference that is drift.
+	MinMemoryDelta resource.Quantity
+	// DryRun logs what would be written and writes nothing.
+	DryRun bool
+	Log    *zap.Logger
+	Clock  clock.WithTicker // nil: the real clock
+	// Recorder sends Events; nil: one that sends them to the API server
+	// as component hotplugd.
+	Recorder record.EventRecorder
+	// Registerer gets the reporter's metrics; nil: not registered.
+	Registerer prometheus.Registerer
+	// RetryMin and RetryMax bound the backoff between failed writes
+	// (defaults 200ms and 4s); each wait has up to 20% jitter.
+	RetryMin, RetryMax time.Duration
+	// RequestTimeout bounds one request (default 10s).
+	RequestTimeout time.Duration
+}
+
+// State is what the reporter knows now.
+type State struct {
+	// Node is the latest Node seen, nil until the kubelet registered it.
+	Node *v1.Node
+	// Prediction is nil until the daemon's first snapshot.
+	Prediction *Prediction
+	// Drift is how the Node differs from the prediction (noise included).
+	Drift Drift
+	// Written is true when the Node carries the condition and annotations
+	// hotplugd wants for this drift.
+	Written bool
+}
+
+// Known reports whether both sides are known, so Drift means something.
+func (s State) Known() bool { return s.Node != nil && s.Prediction != nil }
+
+// Reporter keeps the Node's condition, annotations and Events in line with
+// the drift. Create it with New, feed it with SetPrediction, run it with Run.
+type Reporter struct {
+	o        Options
+	log      *zap.Logger
+	clock    clock.WithTicker
+	informer cache.SharedIndexInformer
+	recorder record.EventRecorder
+	events   record.EventBroadcaster // nil when o.Recorder was given
+	ref      *v1.ObjectReference
+	metrics  reporterMetrics
+
+	wake chan struct{}
+
+	mu         sync.Mutex
+	prediction *Prediction
+	note       Note
+	patched    *v1.Node // the Node our last patch returned
+	state      State
+	changed    chan struct{} // closed and replaced when state changes
+	evented    string        // the drift message last sent as an Event
+	started    bool          // evented was initialised from the Node
+	noise      string        // the noise last logged
+	dryRunLast string
+}
+
+type reporterMetrics struct {
+	stale  prometheus.Gauge
+	writes *prometheus.CounterVec
+	errors prometheus.Counter
+}
+
+// New creates a Reporter; nothing is requested before Run.
+func New(o Options) (*Reporter, error) {
+	if o.Client == nil || o.NodeName == "" {
+		return nil, errors.New("nodepatch: a client and a node name are required")
+	}
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.RetryMin <= 0 {
+		o.RetryMin = 200 * time.Millisecond
+	}
+	if o.RetryMax < o.RetryMin {
+		o.RetryMax = max(4*time.Second, o.RetryMin)
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = 10 * time.Second
+	}
+	r := &Reporter{
+		o:       o,
+		log:     o.Log.Named("nodepatch"),
+		clock:   o.Clock,
+		wake:    make(chan struct{}, 1),
+		changed: make(chan struct{}),
+		// The kubelet names its Node in Events with the node name as UID;
+		// kubectl describe node looks them up that way.
+		ref: &v1.ObjectReference{Kind: "Node", Name: o.NodeName, UID: types.UID(o.NodeName)},
+		metrics: reporterMetrics{
+			stale: prometheus.NewGauge(prometheus.GaugeOpts{
+				Name: "hotplugd_kubelet_capacity_stale",
+				Help: "1 while the kubelet reports cpu, memory or hugepages that differ from this machine's (the KubeletCapacityStale condition), else 0.",
+			}),
+			writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "hotplugd_node_writes_total",
+				Help: "Writes to the Node that succeeded, by what was written: status (the condition), metadata (annotations), event.",
+			}, []string{"what"}),
+			errors: prometheus.NewCounter(prometheus.CounterOpts{
+				Name: "hotplugd_node_write_errors_total",
+				Help: "Failed writes to the Node; each is retried with backoff.",
+			}),
+		},
+	}
+	if o.Registerer != nil {
+		for _, c := range []prometheus.Collector{r.metrics.stale, r.metrics.writes, r.metrics.errors} {
+			if err := o.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("nodepatch: %w", err)
+			}
+		}
+	}
+	r.recorder = o.Recorder
+	if r.recorder == nil {
+		r.events = record.NewBroadcaster()
+		r.recorder = r.events.NewRecorder(scheme.Scheme, v1.EventSource{Component: "hotplugd", Host: o.NodeName})
+	}
+	lw := cache.NewListWatchFromClient(o.Client.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
+		fields.OneTermEqualSelector("metadata.name", o.NodeName))
+	r.informer = cache.NewSharedIndexInformer(lw, &v1.Node{}, 0, cache.Indexers{})
+	return r, nil
+}
+
+// SetPrediction gives the reporter what a restarted kubelet would report;
+// the daemon calls it after every reconcile.
+func (r *Reporter) SetPrediction(p Prediction) {
+	r.mu.Lock()
+	r.prediction = &p
+	r.mu.Unlock()
+	r.poke()
+}
+
+// SetNote sets what the remedy adds to the condition while the drift lasts;
+// the zero Note clears it.
+func (r *Reporter) SetNote(n Note) {
+	r.mu.Lock()
+	r.note = n
+	r.mu.Unlock()
+	r.poke()
+}
+
+// State returns what the reporter knows now.
+func (r *Reporter) State() State {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state
+}
+
+// Changed returns a channel closed at the next change of State.
+func (r *Reporter) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
+}
+
+// Event sends an Event on the Node (not in dry-run mode).
+func (r *Reporter) Event(eventType, reason, message string) {
+	if r.o.DryRun {
+		r.log.Info("dry run: would send event", zap.String("type", eventType), zap.String("reason", reason), zap.String("message", message))
+		return
+	}
+	r.recorder.Event(r.ref, eventType, reason, message)
+	r.metrics.writes.WithLabelValues("event").Inc()
+}
+
+func (r *Reporter) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run watches the Node and writes until ctx is done.
+func (r *Reporter) Run(ctx context.Context) error {
+	if r.events != nil {
+		r.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: r.o.Client.CoreV1().Events("")})
+		defer r.events.Shutdown()
+	}
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { r.poke() },
+		UpdateFunc: func(any, any) { r.poke() },
+		DeleteFunc: func(any) { r.poke() },
+	}
+	if _, err := r.informer.AddEventHandler(handler); err != nil {
+		return fmt.Errorf("nodepatch: %w", err)
+	}
+	go r.informer.RunWithContext(ctx)
+	r.log.Info("watching the node", zap.String("node", r.o.NodeName), zap.Bool("dry_run", r.o.DryRun))
+
+	var retry clock.Timer
+	var retryC <-chan time.Time
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			if retry != nil {
+				retry.Stop()
+			}
+			return nil
+		case <-r.wake:
+		case <-retryC:
+			retryC = nil
+		}
+		if !r.informer.HasSynced() {
+			continue // the add handler pokes once the list arrived
+		}
+		err := r.sync(ctx)
+		if err == nil {
+			failures = 0
+			if retry != nil {
+				retry.Stop()
+				retryC = nil
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		failures++
+		r.metrics.errors.Inc()
+		wait := r.backoff(failures)
+		fields := []zap.Field{zap.Error(err), zap.Int("attempt", failures), zap.Duration("retry_in", wait)}
+		if failures == 1 || failures%10 == 0 {
+			r.log.Warn("writing the node failed; retrying", fields...)
+		} else {
+			r.log.Debug("writing the node failed; retrying", fields...)
+		}
+		if retry == nil {
+			retry = r.clock.NewTimer(wait)
+		} else {
+			retry.Reset(wait)
+		}
+		retryC = retry.C()
+	}
+}
+
+// backoff is RetryMin doubled per failure, capped at RetryMax, minus up to
+// 20% jitter so many nodes coming back together do not write in step.
+func (r *Reporter) backoff(failures int) time.Duration {
+	d := r.o.RetryMin
+	for i := 1; i < failures && d < r.o.RetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, r.o.RetryMax)
+	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+}
+
+// observed is the newest Node known: the watch's, or our last patch's
+// answer when the watch has not caught up (after an API server outage the
+// watch may take a while to come back, the patch answer does not).
+func (r *Reporter) observed() *v1.Node {
+	var node *v1.Node
+	if obj, ok, _ := r.informer.GetStore().GetByKey(r.o.NodeName); ok {
+		node = obj.(*v1.Node)
+	}
+	r.mu.Lock()
+	patched := r.patched
+	r.mu.Unlock()
+	if node == nil || (patched != nil && newer(patched, node)) {
+		if patched != nil && node == nil && r.informer.HasSynced() {
+			return nil // deleted since
+		}
+		return patched
+	}
+	return node
+}
+
+func newer(a, b *v1.Node) bool {
+	ra, errA := strconv.ParseUint(a.ResourceVersion, 10, 64)
+	rb, errB := strconv.ParseUint(b.ResourceVersion, 10, 64)
+	return errA == nil && errB == nil && ra > rb
+}
+
+// sync compares the Node with the prediction and writes what differs.
+func (r *Reporter) sync(ctx context.Context) error {
+	node := r.observed()
+	r.mu.Lock()
+	pred, note := r.prediction, r.note
+	r.mu.Unlock()
+	if node == nil || pred == nil {
+		r.publish(State{Node: node, Prediction: pred})
+		if node == nil {
+			r.log.Debug("node not registered yet; waiting for the kubelet", zap.String("node", r.o.NodeName))
+		}
+		return nil
+	}
+	drift := Compare(*pred, node.Status, r.o.MinMemoryDelta)
+	r.logNoise(drift)
+	now := r.clock.Now()
+	want := desiredFor(node, *pred, drift, note, now)
+	meta, status := patches(node, want)
+	r.maybeEvent(node, drift)
+	written := meta == nil && status == nil
+	r.publish(State{Node: node, Prediction: pred, Drift: drift, Written: written})
+	if drift.Stale() {
+		r.metrics.stale.Set(1)
+	} else {
+		r.metrics.stale.Set(0)
+	}
+	if written {
+		return nil
+	}
+	if r.o.DryRun {
+		line := string(meta) + string(status)
+		if line != r.dryRunLast {
+			r.dryRunLast = line
+			r.log.Info("dry run: would patch the node", zap.ByteString("metadata_patch", meta), zap.ByteString("status_patch", status))
+		}
+		return nil
+	}
+	if status != nil {
+		n, err := r.patch(ctx, status, "status")
+		if err != nil {
+			return fmt.Errorf("nodepatch: patch node %s status: %w", r.o.NodeName, err)
+		}
+		r.setPatched(n)
+		r.metrics.writes.WithLabelValues("status").Inc()
+		c := want.condition
+		r.log.Info("node condition written", zap.String("type", string(c.Type)), zap.String("status", string(c.Status)),
+			zap.String("reason", c.Reason), zap.String("message", c.Message))
+	}
+	if meta != nil {
+		n, err := r.patch(ctx, meta)
+		if err != nil {
+			return fmt.Errorf("nodepatch: patch node %s annotations: %w", r.o.NodeName, err)
+		}
+		r.setPatched(n)
+		r.metrics.writes.WithLabelValues("metadata").Inc()
+		r.log.Debug("node annotations written", zap.ByteString("patch", meta))
+	}
+	// Publish that the Node now carries what we want.
+	r.poke()
+	return nil
+}
+
+func (r *Reporter) patch(ctx context.Context, data []byte, subresources ...string) (*v1.Node, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.o.RequestTimeout)
+	defer cancel()
+	return r.o.Client.CoreV1().Nodes().Patch(ctx, r.o.NodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: "hotplugd"}, subresources...)
+}
+
+func (r *Reporter) setPatched(n *v1.Node) {
+	r.mu.Lock()
+	r.patched = n
+	r.mu.Unlock()
+}
+
+func (r *Reporter) publish(s State) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.state = s
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// maybeEvent sends one CapacityDrift Event per drift: when the drift
+// appears or changes. At start the condition already on the Node tells
+// whether this drift was reported before the daemon restarted.
+func (r *Reporter) maybeEvent(node *v1.Node, drift Drift) {
+	msg := ""
+	if sig := drift.Significant(); len(sig) > 0 {
+		msg = staleMessage(sig)
+	}
+	r.mu.Lock()
+	if !r.started {
+		r.started = true
+		if c := findCondition(node); c != nil && c.Status == v1.ConditionTrue && msg != "" && strings.HasPrefix(c.Message, msg) {
+			r.evented = msg
+		}
+	}
+	send := msg != "" && msg != r.evented
+	r.evented = msg
+	r.mu.Unlock()
+	if send {
+		r.log.Warn("the kubelet reports stale capacity", zap.String("node", r.o.NodeName), zap.Stringer("drift", drift.Significant()))
+		r.Event(v1.EventTypeWarning, ReasonCapacityDrift, msg)
+	}
+}
+
+// logNoise logs memory differences below the minimum delta once each.
+func (r *Reporter) logNoise(drift Drift) {
+	noise := drift.Noise().String()
+	r.mu.Lock()
+	changed := noise != r.noise
+	r.noise = noise
+	r.mu.Unlock()
+	if changed && noise != "" {
+		r.log.Info("memory differs by less than --min-memory-delta; not drift", zap.String("difference", noise),
+			zap.String("min_memory_delta", r.o.MinMemoryDelta.String()))
+	}
+}

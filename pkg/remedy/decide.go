@@ -1,0 +1,101 @@
+package remedy
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hotplugd/hotplugd/pkg/nodepatch"
+)
+
+// Mode is what hotplugd does about a drift.
+type Mode string
+
+// The modes.
+const (
+	// ModeReport only reports (condition, annotations, Event).
+	ModeReport Mode = "report"
+	// ModeRestartKubelet also restarts the kubelet with repaired state files.
+	ModeRestartKubelet Mode = "restart-kubelet"
+)
+
+// Action is what a Plan does.
+type Action string
+
+// The actions.
+const (
+	ActionNone    Action = "none"    // nothing to fix
+	ActionReport  Action = "report"  // drift, but only reporting is allowed
+	ActionWait    Action = "wait"    // drift, act later (At, or on the next event)
+	ActionRestart Action = "restart" // restart the kubelet now
+)
+
+// Inputs are everything Decide looks at.
+type Inputs struct {
+	Mode Mode
+	// Known is false until both the Node and the machine are known.
+	Known bool
+	// Drift is the Node's drift (noise included; only significant
+	// differences count).
+	Drift nodepatch.Drift
+	Now   time.Time
+	// LastActivity is the last event on the machine (or the daemon's
+	// start); Settle is how long it must be quiet before acting.
+	LastActivity time.Time
+	Settle       time.Duration
+	// Busy is true while a burst is being debounced or reconciled.
+	Busy bool
+	// LastAttempt is the last remedy's start (zero: none); Interval the
+	// rate limit between attempts.
+	LastAttempt time.Time
+	Interval    time.Duration
+	// InPlaceResize is true when the kubelet runs with the
+	// InPlaceNodeResourceResize feature gate on.
+	InPlaceResize bool
+}
+
+// Plan is a decision with its reason.
+type Plan struct {
+	Action Action
+	Why    string
+	// At is when to decide again, for ActionWait; zero: on the next
+	// event or Node change.
+	At    time.Time
+	Drift nodepatch.Drift
+}
+
+// String reads "restart: capacity cpu 2 -> 1 has outlasted the settle time".
+func (p Plan) String() string {
+	if p.At.IsZero() {
+		return fmt.Sprintf("%s: %s", p.Action, p.Why)
+	}
+	return fmt.Sprintf("%s until %s: %s", p.Action, p.At.UTC().Format(time.RFC3339Nano), p.Why)
+}
+
+// Decide is the remedy policy.
+func Decide(in Inputs) Plan {
+	sig := in.Drift.Significant()
+	switch {
+	case !in.Known:
+		return Plan{Action: ActionNone, Why: "the Node or the machine is not known yet"}
+	case len(sig) == 0:
+		return Plan{Action: ActionNone, Why: "the kubelet reports this machine"}
+	}
+	p := Plan{Drift: sig}
+	switch {
+	case in.Mode != ModeRestartKubelet:
+		p.Action, p.Why = ActionReport, "--remedy="+string(in.Mode)+": reporting only"
+	case in.InPlaceResize:
+		p.Action, p.Why = ActionReport, "the kubelet runs with InPlaceNodeResourceResize and follows the machine itself: reporting only"
+	case in.Busy:
+		p.Action, p.Why = ActionWait, "a burst of events is still arriving"
+	case in.Now.Before(in.LastActivity.Add(in.Settle)):
+		p.Action, p.At = ActionWait, in.LastActivity.Add(in.Settle)
+		p.Why = fmt.Sprintf("waiting for the machine to settle (%v with no event)", in.Settle)
+	case !in.LastAttempt.IsZero() && in.Now.Before(in.LastAttempt.Add(in.Interval)):
+		p.Action, p.At = ActionWait, in.LastAttempt.Add(in.Interval)
+		p.Why = fmt.Sprintf("rate limited: one attempt per %v, the last at %s", in.Interval, in.LastAttempt.UTC().Format(time.RFC3339))
+	default:
+		p.Action, p.Why = ActionRestart, sig.String()+" outlasted the settle time"
+	}
+	return p
+}

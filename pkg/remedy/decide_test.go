@@ -1,0 +1,53 @@
+package remedy
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/hotplugd/hotplugd/pkg/nodepatch"
+)
+
+var cpuDrift = nodepatch.Drift{{Field: nodepatch.FieldCapacity, Resource: v1.ResourceCPU,
+	Reported: resource.MustParse("2"), Predicted: resource.MustParse("1")}}
+
+func TestDecide(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
+	base := Inputs{Mode: ModeRestartKubelet, Known: true, Drift: cpuDrift, Now: t0.Add(10 * time.Second),
+		LastActivity: t0, Settle: 3 * time.Second, Interval: 10 * time.Minute}
+	noise := nodepatch.Drift{{Field: nodepatch.FieldCapacity, Resource: v1.ResourceMemory,
+		Reported: resource.MustParse("1Gi"), Predicted: resource.MustParse("1000Mi"), Noise: true}}
+	tests := []struct {
+		name   string
+		change func(*Inputs)
+		action Action
+		at     time.Time
+	}{
+		{"settled drift: restart", func(*Inputs) {}, ActionRestart, time.Time{}},
+		{"unknown node", func(in *Inputs) { in.Known = false }, ActionNone, time.Time{}},
+		{"no drift", func(in *Inputs) { in.Drift = nil }, ActionNone, time.Time{}},
+		{"only noise", func(in *Inputs) { in.Drift = noise }, ActionNone, time.Time{}},
+		{"report mode", func(in *Inputs) { in.Mode = ModeReport }, ActionReport, time.Time{}},
+		{"in-place resize kubelet", func(in *Inputs) { in.InPlaceResize = true }, ActionReport, time.Time{}},
+		{"burst arriving", func(in *Inputs) { in.Busy = true }, ActionWait, time.Time{}},
+		{"not settled", func(in *Inputs) { in.Now = t0.Add(time.Second) }, ActionWait, t0.Add(3 * time.Second)},
+		{"settled exactly", func(in *Inputs) { in.Now = t0.Add(3 * time.Second) }, ActionRestart, time.Time{}},
+		{"rate limited", func(in *Inputs) { in.LastAttempt = t0.Add(-time.Minute) }, ActionWait, t0.Add(9 * time.Minute)},
+		{"rate limit over", func(in *Inputs) { in.LastAttempt = t0.Add(-10 * time.Minute) }, ActionRestart, time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := base
+			tt.change(&in)
+			p := Decide(in)
+			if p.Action != tt.action || !p.At.Equal(tt.at) {
+				t.Errorf("Decide = %v, want %s at %v", p, tt.action, tt.at)
+			}
+			if p.Why == "" {
+				t.Error("a plan without a reason")
+			}
+		})
+	}
+}
