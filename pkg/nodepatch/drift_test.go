@@ -79,7 +79,7 @@ func TestCompare(t *testing.T) {
 				Allocatable: list("cpu", "1", "memory", "1920Mi", "hugepages-2Mi", "128Mi")},
 			status: v1.NodeStatus{Capacity: list("cpu", "2", "memory", "2Gi", "hugepages-2Mi", "0"),
 				Allocatable: list("cpu", "1", "memory", "2Gi", "hugepages-2Mi", "0")},
-			want: []string{"capacity hugepages-2Mi 0 -> 128Mi", "allocatable memory 2Gi -> 1920Mi", "allocatable hugepages-2Mi 0 -> 128Mi"},
+			want:  []string{"capacity hugepages-2Mi 0 -> 128Mi", "allocatable memory 2Gi -> 1920Mi", "allocatable hugepages-2Mi 0 -> 128Mi"},
 			stale: true, predText: "capacity hugepages-2Mi 128Mi, allocatable memory 1920Mi, allocatable hugepages-2Mi 128Mi",
 		},
 		{
