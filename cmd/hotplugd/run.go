@@ -7,16 +7,24 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/api/resource"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/hotplugd/hotplugd/pkg/daemon"
 	"github.com/hotplugd/hotplugd/pkg/debounce"
+	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
+	"github.com/hotplugd/hotplugd/pkg/kubeletctl"
 	"github.com/hotplugd/hotplugd/pkg/logging"
+	"github.com/hotplugd/hotplugd/pkg/nodepatch"
+	"github.com/hotplugd/hotplugd/pkg/remedy"
 	"github.com/hotplugd/hotplugd/pkg/sdnotify"
+	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
 // runOptions are the flags of `hotplugd run`.
@@ -29,26 +37,61 @@ type runOptions struct {
 	Resync      time.Duration
 	MetricsAddr string
 	Logging     logging.Options
+
+	// The cluster side.
+	NodeName       string
+	Kubeconfig     string
+	KubeAPIQPS     float32
+	KubeAPIBurst   int
+	KubeletConfig  string
+	KubeletRootDir string
+	MinMemoryDelta string
+	DryRun         bool
+
+	// The remedy.
+	Remedy              string
+	Settle              time.Duration
+	RemedyInterval      time.Duration
+	RemedyTimeout       time.Duration
+	KubeletUnit         string
+	KubeletStopCommand  string
+	KubeletStartCommand string
+
+	minMemoryDelta resource.Quantity
 }
 
 // AddFlags registers the options on fs.
 func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.BoolVar(&o.Standalone, "standalone", false, "run without a cluster: watch the machine and log every change (required until acting on the Node is available)")
+	fs.BoolVar(&o.Standalone, "standalone", false, "run without a cluster: watch the machine and log every change, touch no Node and no kubelet")
 	fs.StringVar(&o.SysfsRoot, "sysfs-root", "/sys", "sysfs mount to read the topology from (e.g. /host/sys in a container)")
-	fs.StringVar(&o.ProcfsRoot, "procfs-root", "/proc", "procfs mount to read meminfo and hugepage counts from (e.g. /host/proc)")
+	fs.StringVar(&o.ProcfsRoot, "procfs-root", "/proc", "procfs mount to read meminfo and hugepage counts from, and to find the kubelet in (e.g. /host/proc in a container)")
 	fs.DurationVar(&o.QuietWindow, "quiet-window", 500*time.Millisecond, "reconcile once no event has arrived for this long (a burst of events becomes one reconcile)")
 	fs.DurationVar(&o.MaxDelay, "max-delay", 5*time.Second, "reconcile no later than this after the first event of a burst that never goes quiet")
 	fs.DurationVar(&o.Resync, "resync", time.Minute, "period of the safety-net full re-read, for changes no event reports (0 disables)")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", "127.0.0.1:9792", "address for /metrics and /healthz (\"\" disables)")
 	o.Logging.AddFlags(fs)
+
+	fs.StringVar(&o.NodeName, "node-name", "", "this machine's Node (default $NODE_NAME, else the host name in lower case, as the kubelet names it)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig for the API server (default: the pod's service account, else $KUBECONFIG or ~/.kube/config)")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", 5, "steady request rate to the API server (requests per second)")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 10, "request burst to the API server")
+	fs.StringVar(&o.KubeletConfig, "kubelet-config", "", "the kubelet's KubeletConfiguration file (default: found from the running kubelet's command line, with the flags that override it)")
+	fs.StringVar(&o.KubeletRootDir, "kubelet-root-dir", "", "the kubelet's --root-dir, where its state files are (default: the running kubelet's, else /var/lib/kubelet)")
+	fs.StringVar(&o.MinMemoryDelta, "min-memory-delta", "100Mi", "smallest memory difference that is drift; smaller ones (balloon drivers, kernel reservations) are logged only")
+	fs.BoolVar(&o.DryRun, "dry-run", false, "log what would be written to the Node and what the remedy would do; change nothing")
+
+	fs.StringVar(&o.Remedy, "remedy", string(remedy.ModeReport), "what to do about a drift: report (condition, annotations, Event) or restart-kubelet (also repair the state files and restart the kubelet once the change has settled)")
+	fs.DurationVar(&o.Settle, "settle", 3*time.Second, "restart the kubelet only after the machine has had no event for this long")
+	fs.DurationVar(&o.RemedyInterval, "remedy-interval", 10*time.Minute, "at most one kubelet restart per this interval, whatever its outcome")
+	fs.DurationVar(&o.RemedyTimeout, "remedy-timeout", time.Minute, "how long a restarted kubelet has to answer its healthz and show the new capacity before the restart is rolled back")
+	fs.StringVar(&o.KubeletUnit, "kubelet-unit", kubeletctl.DefaultUnit, "the kubelet's systemd unit, stopped and started over D-Bus")
+	fs.StringVar(&o.KubeletStopCommand, "kubelet-stop-command", "", "shell command that stops the kubelet, for hosts without systemd (with --kubelet-start-command; replaces --kubelet-unit)")
+	fs.StringVar(&o.KubeletStartCommand, "kubelet-start-command", "", "shell command that starts the kubelet, for hosts without systemd")
 }
 
 // Validate checks the option values.
 func (o *runOptions) Validate() error {
 	var errs []error
-	if !o.Standalone {
-		errs = append(errs, errors.New("--standalone is required: acting on the Node and the kubelet is not available yet"))
-	}
 	if o.SysfsRoot == "" || o.ProcfsRoot == "" {
 		errs = append(errs, errors.New("--sysfs-root and --procfs-root must not be empty"))
 	}
@@ -64,7 +107,49 @@ func (o *runOptions) Validate() error {
 	if err := o.Logging.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	q, err := resource.ParseQuantity(o.MinMemoryDelta)
+	switch {
+	case err != nil:
+		errs = append(errs, fmt.Errorf("--min-memory-delta %q: %v", o.MinMemoryDelta, err))
+	case q.Sign() < 0:
+		errs = append(errs, fmt.Errorf("--min-memory-delta must not be negative, not %s", o.MinMemoryDelta))
+	default:
+		o.minMemoryDelta = q
+	}
+	switch remedy.Mode(o.Remedy) {
+	case remedy.ModeReport, remedy.ModeRestartKubelet:
+	default:
+		errs = append(errs, fmt.Errorf("--remedy must be %s or %s, not %q", remedy.ModeReport, remedy.ModeRestartKubelet, o.Remedy))
+	}
+	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst <= 0 {
+		errs = append(errs, errors.New("--kube-api-qps and --kube-api-burst must be positive"))
+	}
+	if o.Settle < 0 || o.RemedyInterval < 0 || o.RemedyTimeout <= 0 {
+		errs = append(errs, errors.New("--settle and --remedy-interval must not be negative, --remedy-timeout must be positive"))
+	}
+	if (o.KubeletStopCommand == "") != (o.KubeletStartCommand == "") {
+		errs = append(errs, errors.New("--kubelet-stop-command and --kubelet-start-command go together"))
+	}
+	if o.Standalone && (o.Remedy != string(remedy.ModeReport) || o.NodeName != "" || o.Kubeconfig != "") {
+		errs = append(errs, errors.New("--standalone touches no cluster: it cannot take --remedy, --node-name or --kubeconfig"))
+	}
 	return errors.Join(errs...)
+}
+
+// nodeName is --node-name, else $NODE_NAME, else the host name in lower
+// case (the kubelet's default).
+func (o *runOptions) nodeName() (string, error) {
+	if o.NodeName != "" {
+		return o.NodeName, nil
+	}
+	if n := os.Getenv("NODE_NAME"); n != "" {
+		return n, nil
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("no --node-name, no $NODE_NAME and no host name: %w", err)
+	}
+	return strings.ToLower(h), nil
 }
 
 func runRun(args []string, stdout, stderr io.Writer) int {
@@ -72,7 +157,22 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: hotplugd run --standalone [flags]\n\nRuns the daemon: listens to kernel uevents for CPUs, memory and NUMA nodes and\nto writes of every hugepage count file, debounces bursts, re-reads the topology\nand logs every change (to journald under systemd). SIGHUP forces a re-read;\nSIGINT/SIGTERM stop it.\n\nFlags:\n%s", fs.FlagUsages())
+		fmt.Fprintf(stderr, `Usage: hotplugd run [--standalone] [flags]
+
+Runs the daemon: listens to kernel uevents for CPUs, memory and NUMA nodes and
+to writes of every hugepage count file, debounces bursts, re-reads the topology
+and logs every change (to journald under systemd). SIGHUP forces a re-read;
+SIGINT/SIGTERM stop it.
+
+With a cluster (the default) it also watches its own Node and, while the
+kubelet reports other cpu, memory or hugepages than the machine has, sets the
+node condition KubeletCapacityStale, annotations hotplugd.io/* and an Event
+CapacityDrift. With --remedy=restart-kubelet it then repairs the kubelet's
+state files and restarts it once the change has settled (rolled back if the
+Node does not show the new capacity). --standalone touches no cluster.
+
+Flags:
+%s`, fs.FlagUsages())
 	}
 	o.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -98,16 +198,30 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	defer log.Sync()
 	log = log.With(zap.String("version", version))
 
-	d, err := daemon.New(daemon.Config{
+	cfg := daemon.Config{
 		SysfsRoot: o.SysfsRoot, ProcfsRoot: o.ProcfsRoot,
 		QuietWindow: o.QuietWindow, MaxDelay: o.MaxDelay, Resync: o.Resync,
 		MetricsAddr: o.MetricsAddr,
 		Log:         log,
 		Notifier:    sdnotify.New(log.Named("sdnotify")),
-	})
+	}
+	var wire func(*daemon.Daemon) error
+	if !o.Standalone {
+		if wire, err = o.cluster(&cfg, log); err != nil {
+			log.Error("cannot start", zap.Error(err))
+			return 1
+		}
+	}
+	d, err := daemon.New(cfg)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 1
+	}
+	if wire != nil {
+		if err := wire(d); err != nil {
+			log.Error("cannot start", zap.Error(err))
+			return 1
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -135,4 +249,138 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("hotplugd stopped")
 	return 0
+}
+
+// cluster sets up the node reporter and the remedy: it finds the kubelet,
+// builds the client, and adds their tasks and the reconcile hook to cfg.
+// The returned function finishes the wiring once the daemon exists.
+func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (func(*daemon.Daemon) error, error) {
+	node, err := o.nodeName()
+	if err != nil {
+		return nil, err
+	}
+	kubelet, err := o.kubelet(log)
+	if err != nil {
+		return nil, err
+	}
+	metrics := daemon.NewMetrics()
+	cfg.Metrics = metrics
+	client, _, err := nodepatch.NewClient(nodepatch.ClientOptions{
+		Kubeconfig: o.Kubeconfig, QPS: o.KubeAPIQPS, Burst: o.KubeAPIBurst, Version: version, Registerer: metrics.Registry,
+	})
+	if err != nil {
+		return nil, err
+	}
+	rep, err := nodepatch.New(nodepatch.Options{
+		Client: client, NodeName: node, MinMemoryDelta: o.minMemoryDelta, DryRun: o.DryRun,
+		Log: log, Registerer: metrics.Registry,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mode := remedy.Mode(o.Remedy)
+	var kubeletCfg = kubeletconfig.Default()
+	rootDir, healthz, inPlace := "/var/lib/kubelet", "", false
+	if kubelet != nil {
+		kubeletCfg, rootDir, healthz = kubelet.Config, kubelet.RootDir, kubelet.HealthzURL
+		inPlace, _ = kubeletconfig.FeatureGate(kubelet.Config, "InPlaceNodeResourceResize")
+	} else if mode == remedy.ModeRestartKubelet {
+		log.Warn("the kubelet's configuration is unknown: reporting only (give --kubelet-config, or start hotplugd after the kubelet)")
+		mode = remedy.ModeReport
+	}
+	if o.KubeletRootDir != "" {
+		rootDir = o.KubeletRootDir
+	}
+	var control remedy.Controller
+	if mode == remedy.ModeRestartKubelet {
+		if control, err = o.control(log); err != nil {
+			return nil, err
+		}
+	}
+	log.Info("acting on the node", zap.String("node", node), zap.String("remedy", string(mode)),
+		zap.Bool("dry_run", o.DryRun), zap.String("kubelet_root_dir", rootDir), zap.Bool("allocatable", kubelet != nil))
+
+	var config = kubeletCfg
+	switch {
+	case kubelet == nil:
+		config = nil // allocatable is not predicted without the kubelet's configuration
+	case kubelet.AllocatableIgnoresEviction:
+		// --experimental-allocatable-ignore-eviction: hard eviction is
+		// not taken out of allocatable.
+		config = config.DeepCopy()
+		config.EvictionHard = map[string]string{}
+	}
+	return func(d *daemon.Daemon) error {
+		rem, err := remedy.New(remedy.Options{
+			Mode: mode, Settle: o.Settle, Interval: o.RemedyInterval, Timeout: o.RemedyTimeout, DryRun: o.DryRun,
+			RootDir: rootDir, Config: kubeletCfg, HealthzURL: healthz, InPlaceResize: inPlace,
+			Control: control, Node: rep, Snapshot: d.FS().Snapshot, Busy: d.Busy,
+			Log: log, Registerer: metrics.Registry,
+		})
+		if err != nil {
+			return err
+		}
+		d.AddHook(func(res daemon.Result) {
+			if res.Snapshot == nil {
+				return
+			}
+			if res.EventDriven() {
+				rem.Activity(res.Batch.Last)
+			}
+			rep.SetPrediction(predict(res.Snapshot, config, log))
+		})
+		d.AddTask(rep.Run)
+		d.AddTask(rem.Run)
+		return nil
+	}, nil
+}
+
+// predict is what a kubelet started now would report; allocatable only
+// when its configuration is known.
+func predict(s *topology.Snapshot, cfg *kubeletv1beta1.KubeletConfiguration, log *zap.Logger) nodepatch.Prediction {
+	p := nodepatch.Prediction{Capacity: s.Capacity()}
+	if cfg != nil {
+		alloc, err := s.Allocatable(cfg)
+		if err != nil {
+			log.Warn("the kubelet would refuse this machine with its configuration; comparing capacity only", zap.Error(err))
+			return p
+		}
+		p.Allocatable = alloc
+	}
+	return p
+}
+
+// kubelet finds the kubelet's configuration: --kubelet-config, else the
+// running kubelet. Nil when neither is there.
+func (o *runOptions) kubelet(log *zap.Logger) (*kubeletconfig.Kubelet, error) {
+	if o.KubeletConfig != "" {
+		k, err := kubeletconfig.FromArgs([]string{"--config", o.KubeletConfig}, "/")
+		if err != nil {
+			return nil, err
+		}
+		log.Info("kubelet configuration", zap.String("config", o.KubeletConfig))
+		return k, nil
+	}
+	k, err := kubeletconfig.Discover(o.ProcfsRoot)
+	if errors.Is(err, kubeletconfig.ErrNotFound) {
+		log.Warn("no running kubelet found; predicting capacity only (give --kubelet-config for allocatable)", zap.Error(err))
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	log.Info("found the kubelet", zap.Int("pid", k.PID), zap.String("config", k.ConfigPath), zap.String("root_dir", k.RootDir),
+		zap.String("healthz", k.HealthzURL))
+	return k, nil
+}
+
+// control is how the kubelet is stopped and started: commands when given,
+// else its systemd unit.
+func (o *runOptions) control(log *zap.Logger) (remedy.Controller, error) {
+	if o.KubeletStopCommand != "" {
+		return kubeletctl.NewCommands(kubeletctl.CommandOptions{Stop: o.KubeletStopCommand, Start: o.KubeletStartCommand, Log: log})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return kubeletctl.NewSystemd(ctx, kubeletctl.SystemdOptions{Unit: o.KubeletUnit, Log: log})
 }

@@ -46,10 +46,9 @@ type Config struct {
 	// reconcile goroutine: it must not block. The node reporter and the
 	// remedy are fed this way; tests and benchmarks too.
 	OnReconcile func(Result)
-	// Tasks run alongside the loop, under the same cancellation, once the
-	// first snapshot is taken (the node reporter, the remedy). An error
-	// from one stops the daemon.
-	Tasks []func(ctx context.Context) error
+	// Metrics, when set, are the metrics to count on (so that other
+	// packages' metrics share the registry); nil: new ones.
+	Metrics *Metrics
 }
 
 // Notifier is the service manager (sd_notify).
@@ -108,7 +107,20 @@ type Daemon struct {
 	lastErr error
 
 	busySince atomic.Int64 // unix nanos when the running reconcile started; 0 when idle
+
+	hooks []func(Result)
+	tasks []func(context.Context) error
 }
+
+// AddHook has f called after every reconcile, from the reconcile
+// goroutine (it must not block). The node reporter and the remedy are fed
+// this way. Call it before Run.
+func (d *Daemon) AddHook(f func(Result)) { d.hooks = append(d.hooks, f) }
+
+// AddTask runs f alongside the loop, under the same cancellation, once the
+// first snapshot was taken and the hooks have seen it (the node reporter,
+// the remedy). An error from it stops the daemon. Call it before Run.
+func (d *Daemon) AddTask(f func(ctx context.Context) error) { d.tasks = append(d.tasks, f) }
 
 // New opens the event sources (they buffer from now on, so nothing that
 // happens before Run is lost) and returns the daemon.
@@ -122,12 +134,15 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.Notifier == nil {
 		cfg.Notifier = noNotifier{}
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
 	d := &Daemon{
 		cfg:       cfg,
 		log:       cfg.Log.Named("daemon"),
 		fs:        topology.NewFS(cfg.SysfsRoot, cfg.ProcfsRoot),
 		clock:     cfg.Clock,
-		metrics:   NewMetrics(),
+		metrics:   cfg.Metrics,
 		debouncer: debounce.New(cfg.Clock, cfg.QuietWindow, cfg.MaxDelay),
 		uevents:   cfg.Uevents,
 		hugepages: cfg.HugePages,
@@ -213,7 +228,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.cfg.Resync > 0 {
 		g.Go(func() error { return d.resync(ctx) })
 	}
-	for _, task := range d.cfg.Tasks {
+	for _, task := range d.tasks {
 		g.Go(func() error { return task(ctx) })
 	}
 	g.Go(func() error { return d.cfg.Notifier.RunWatchdog(ctx, d.responsive) })
@@ -326,6 +341,9 @@ func (d *Daemon) reconcile(b debounce.Batch) Result {
 }
 
 func (d *Daemon) done(res Result) {
+	for _, h := range d.hooks {
+		h(res)
+	}
 	if d.cfg.OnReconcile != nil {
 		d.cfg.OnReconcile(res)
 	}

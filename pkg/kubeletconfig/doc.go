@@ -5,7 +5,17 @@
 // policies and their reservations (state files), the health endpoint and the
 // status update period (kubelet control).
 //
+// Discover finds the running kubelet in procfs (/proc/<pid>/cmdline), and
+// builds its effective configuration as the kubelet does at start: the
+// --config file, the --config-dir drop-ins, then the configuration flags of
+// its command line, which win. Relative paths are resolved against
+// /proc/<pid>/cwd and files are read through /proc/<pid>/root, so it works
+// from a container in the host's PID namespace. FromArgs does the same for a
+// command line the operator gives.
+//
 // It is a package of its own because three concerns read the same file: the
 // allocatable prediction, the kubelet state repair and the kubelet restart.
-// It only reads; it never writes the kubelet's configuration.
+// It only reads; it never writes the kubelet's configuration. What it reports
+// is the configuration the kubelet started with: a file edited since then is
+// not what the running kubelet uses.
 package kubeletconfig

@@ -141,7 +141,13 @@ func readCapped(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
+	return readAllCapped(f)
+}
+
+// readAllCapped reads r to its end without trusting a size from stat (proc
+// files report 0), refusing more than maxConfigSize bytes.
+func readAllCapped(r io.Reader) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxConfigSize+1))
 	if err != nil {
 		return nil, err
 	}
