@@ -8,10 +8,14 @@ TOOLS         := $(CURDIR)/bin/tools
 STATICCHECK   := $(TOOLS)/staticcheck
 STATICCHECK_VERSION := v0.8.2
 COMPAT        := test/kubeletcompat
+# The real kube-apiserver, kubelet and etcd the integration tests run, built
+# once per machine from the Go module proxy (hack/kubebin.sh, ~8 min cold) and
+# cached under ~/.cache/hotplugd/kubebin.
+KUBEBIN_ENV    = HOTPLUGD_KUBEBIN="$$(hack/kubebin.sh)"
 # Flags for `make run`, e.g. make run ARGS="-o json".
 ARGS          ?=
 
-.PHONY: all build test unit compat lint fmt bench run snapshot clean
+.PHONY: all build test unit compat lint fmt bench run snapshot clean kubebin
 
 all: build
 
@@ -27,11 +31,16 @@ run: build
 snapshot: build
 	./bin/hotplugd snapshot $(ARGS)
 
-## test: everything CI runs: lint, unit and privileged integration tests, the kubelet/cAdvisor oracle tests
+## test: everything CI runs: lint, unit and privileged integration tests (against a real
+## kube-apiserver and etcd), the kubelet/cAdvisor oracle tests
 test: lint unit compat
 
-unit:
-	$(GO) test -race -count=1 ./...
+## kubebin: build (once) the kube-apiserver, kubelet and etcd the tests run; prints where
+kubebin:
+	@hack/kubebin.sh
+
+unit: kubebin
+	$(KUBEBIN_ENV) $(GO) test -race -count=1 -timeout 30m ./...
 
 compat:
 	cd $(COMPAT) && $(GO) test -count=1 ./...
@@ -51,11 +60,12 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 ## bench: snapshot timings and the ratio against cAdvisor's machine.Info; state-file verify+plan+write; the daemon's
-## detection latency, reconciles per burst and idle cost on this machine (as root, ~3 min)
+## detection latency, reconciles per burst and idle cost on this machine; API requests per change and at idle
+## (as root, ~4 min)
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/topology/ ./pkg/cpumgr/ ./pkg/memmgr/ ./pkg/statefile/
 	cd $(COMPAT) && $(GO) test -run '^$$' -bench . -benchmem ./...
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/integration/
+	$(KUBEBIN_ENV) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/integration/
 
 clean:
 	rm -rf bin

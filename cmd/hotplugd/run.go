@@ -11,9 +11,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/zapr"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/hotplugd/hotplugd/pkg/daemon"
@@ -259,6 +261,9 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (func(*daemon.
 	if err != nil {
 		return nil, err
 	}
+	// client-go logs through klog (watch errors, event sending): into the
+	// same structured log, not as plain lines on stderr.
+	klog.SetLogger(zapr.NewLogger(log.Named("client-go")))
 	kubelet, err := o.kubelet(log)
 	if err != nil {
 		return nil, err

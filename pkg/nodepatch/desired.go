@@ -124,10 +124,11 @@ func sameCondition(a, b v1.NodeCondition) bool {
 	return a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message
 }
 
-// patches returns the strategic-merge patches that bring node to d: one
-// for metadata (nodes) and one for the condition (nodes/status); nil when
-// that part already matches.
-func patches(node *v1.Node, d desired) (meta, status []byte) {
+// patch returns the strategic-merge patch of nodes/status that brings node
+// to d, nil when it already matches. A nodes/status patch keeps metadata
+// changes (only spec is reset), so the annotations and the condition go in
+// one request; only what differs is in it.
+func patch(node *v1.Node, d desired) []byte {
 	changed := map[string]*string{}
 	for _, k := range slices.Sorted(maps.Keys(d.annotations)) {
 		want := d.annotations[k]
@@ -139,13 +140,18 @@ func patches(node *v1.Node, d desired) (meta, status []byte) {
 			changed[k] = &want
 		}
 	}
+	body := map[string]any{}
 	if len(changed) > 0 {
-		meta, _ = json.Marshal(map[string]any{"metadata": map[string]any{"annotations": changed}})
+		body["metadata"] = map[string]any{"annotations": changed}
 	}
 	if old := findCondition(node); old == nil || !sameCondition(*old, d.condition) {
-		status, _ = json.Marshal(map[string]any{"status": map[string]any{"conditions": []v1.NodeCondition{d.condition}}})
+		body["status"] = map[string]any{"conditions": []v1.NodeCondition{d.condition}}
 	}
-	return meta, status
+	if len(body) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(body)
+	return b
 }
 
 // FormatResources is a resource list as "cpu=2,hugepages-2Mi=0,memory=24684092Ki",

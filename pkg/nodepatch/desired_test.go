@@ -47,15 +47,17 @@ func TestDesiredLifecycle(t *testing.T) {
 	pred := Prediction{Capacity: list("cpu", "1", "memory", "1Gi")}
 
 	// 1. Drift appears: condition True, annotations set.
-	step := func(now time.Time, note Note) (meta, status []byte) {
+	// step applies the patch and returns which parts it had.
+	step := func(now time.Time, note Note) (meta, status bool) {
 		d := desiredFor(node, pred, Compare(pred, node.Status, minDelta), note, now)
-		meta, status = patches(node, d)
-		node = apply(t, node, meta, status)
-		return meta, status
+		p := patch(node, d)
+		node = apply(t, node, p)
+		var parts map[string]json.RawMessage
+		json.Unmarshal(p, &parts)
+		return parts["metadata"] != nil, parts["status"] != nil
 	}
-	meta, status := step(t0, Note{})
-	if meta == nil || status == nil {
-		t.Fatalf("first sync wrote meta=%s status=%s, want both", meta, status)
+	if meta, status := step(t0, Note{}); !meta || !status {
+		t.Fatalf("first sync wrote metadata %v, status %v; want both", meta, status)
 	}
 	c := findCondition(node)
 	want := v1.NodeCondition{Type: ConditionType, Status: v1.ConditionTrue, Reason: ReasonCapacityDrift,
@@ -74,13 +76,12 @@ func TestDesiredLifecycle(t *testing.T) {
 	}
 
 	// 2. Nothing changed: nothing to write (a daemon restart writes nothing).
-	if meta, status := step(t0.Add(time.Minute), Note{}); meta != nil || status != nil {
-		t.Errorf("unchanged node: wrote meta=%s status=%s", meta, status)
+	if d := desiredFor(node, pred, Compare(pred, node.Status, minDelta), Note{}, t0.Add(time.Minute)); patch(node, d) != nil {
+		t.Errorf("unchanged node: patch %s", patch(node, d))
 	}
 
 	// 3. A note: reason and message change, transition time kept.
-	_, status = step(t0.Add(2*time.Minute), Note{Reason: ReasonRemediationFailed, Message: "boom"})
-	if status == nil {
+	if meta, status := step(t0.Add(2*time.Minute), Note{Reason: ReasonRemediationFailed, Message: "boom"}); meta || !status {
 		t.Fatal("note not written")
 	}
 	c = findCondition(node)
@@ -92,9 +93,8 @@ func TestDesiredLifecycle(t *testing.T) {
 	// transition time, last-change kept (the detected capacity did not change).
 	node.Status.Capacity = list("cpu", "1", "memory", "1Gi")
 	t3 := t0.Add(3 * time.Minute)
-	meta, _ = step(t3, Note{})
-	if meta != nil {
-		t.Errorf("annotations rewritten: %s", meta)
+	if meta, _ := step(t3, Note{}); meta {
+		t.Error("annotations rewritten")
 	}
 	c = findCondition(node)
 	if c.Status != v1.ConditionFalse || c.Reason != ReasonCapacityCurrent || !c.LastTransitionTime.Time.Equal(t3) {

@@ -131,7 +131,7 @@ func New(o Options) (*Reporter, error) {
 			}),
 			writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Name: "hotplugd_node_writes_total",
-				Help: "Writes to the Node that succeeded, by what was written: status (the condition), metadata (annotations), event.",
+				Help: "Writes to the Node that succeeded, by what was written: status (one nodes/status patch with the condition and the annotations), event.",
 			}, []string{"what"}),
 			errors: prometheus.NewCounter(prometheus.CounterOpts{
 				Name: "hotplugd_node_write_errors_total",
@@ -324,9 +324,9 @@ func (r *Reporter) sync(ctx context.Context) error {
 	r.logNoise(drift)
 	now := r.clock.Now()
 	want := desiredFor(node, *pred, drift, note, now)
-	meta, status := patches(node, want)
+	data := patch(node, want)
 	r.maybeEvent(node, drift)
-	written := meta == nil && status == nil
+	written := data == nil
 	r.publish(State{Node: node, Prediction: pred, Drift: drift, Written: written})
 	if drift.Stale() {
 		r.metrics.stale.Set(1)
@@ -337,42 +337,30 @@ func (r *Reporter) sync(ctx context.Context) error {
 		return nil
 	}
 	if r.o.DryRun {
-		line := string(meta) + string(status)
-		if line != r.dryRunLast {
+		if line := string(data); line != r.dryRunLast {
 			r.dryRunLast = line
-			r.log.Info("dry run: would patch the node", zap.ByteString("metadata_patch", meta), zap.ByteString("status_patch", status))
+			r.log.Info("dry run: would patch the node", zap.ByteString("patch", data))
 		}
 		return nil
 	}
-	if status != nil {
-		n, err := r.patch(ctx, status, "status")
-		if err != nil {
-			return fmt.Errorf("nodepatch: patch node %s status: %w", r.o.NodeName, err)
-		}
-		r.setPatched(n)
-		r.metrics.writes.WithLabelValues("status").Inc()
-		c := want.condition
-		r.log.Info("node condition written", zap.String("type", string(c.Type)), zap.String("status", string(c.Status)),
-			zap.String("reason", c.Reason), zap.String("message", c.Message))
+	n, err := r.patch(ctx, data)
+	if err != nil {
+		return fmt.Errorf("nodepatch: patch node %s status: %w", r.o.NodeName, err)
 	}
-	if meta != nil {
-		n, err := r.patch(ctx, meta)
-		if err != nil {
-			return fmt.Errorf("nodepatch: patch node %s annotations: %w", r.o.NodeName, err)
-		}
-		r.setPatched(n)
-		r.metrics.writes.WithLabelValues("metadata").Inc()
-		r.log.Debug("node annotations written", zap.ByteString("patch", meta))
-	}
+	r.setPatched(n)
+	r.metrics.writes.WithLabelValues("status").Inc()
+	c := want.condition
+	r.log.Info("node written", zap.String("condition", string(c.Type)), zap.String("status", string(c.Status)),
+		zap.String("reason", c.Reason), zap.String("message", c.Message), zap.ByteString("patch", data))
 	// Publish that the Node now carries what we want.
 	r.poke()
 	return nil
 }
 
-func (r *Reporter) patch(ctx context.Context, data []byte, subresources ...string) (*v1.Node, error) {
+func (r *Reporter) patch(ctx context.Context, data []byte) (*v1.Node, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.o.RequestTimeout)
 	defer cancel()
-	return r.o.Client.CoreV1().Nodes().Patch(ctx, r.o.NodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: "hotplugd"}, subresources...)
+	return r.o.Client.CoreV1().Nodes().Patch(ctx, r.o.NodeName, types.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: "hotplugd"}, "status")
 }
 
 func (r *Reporter) setPatched(n *v1.Node) {

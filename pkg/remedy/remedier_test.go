@@ -124,7 +124,6 @@ type rig struct {
 	node    *fakeNode
 	kubelet *fakeKubelet
 	m       *Remedier
-	busy    func() bool
 	mu      sync.Mutex
 	isBusy  bool
 	state   string // cpu_manager_state path

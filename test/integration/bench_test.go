@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/hotplugd/hotplugd/internal/machinetest"
 )
 
@@ -179,4 +181,54 @@ func procField(b *testing.B, path, key string) int64 {
 	}
 	b.Fatalf("%s: no %s", path, key)
 	return 0
+}
+
+// BenchmarkNodeAPIRequests counts the requests hotplugd makes to a real API
+// server (report mode, the kubelet's configuration known): at idle, over
+// 10 s after start-up beyond the watch, and per settled change, over cpu1
+// going offline (drift: condition True, annotations, Event) and back
+// (condition False, annotations). Goals: 0 at idle, at most 3 writes per
+// change.
+func BenchmarkNodeAPIRequests(b *testing.B) {
+	m := machinetest.Acquire(b)
+	m.SetCPUOnline(b, 1, true)
+	srv := sharedAPIServer(b)
+	c := srv.Client()
+	cfg := kubeletConfig(b)
+	capacity, allocatable := machineStatus(b, cfg)
+	node := createNode(b, c, "bench", capacity, allocatable)
+	p := startClusterDaemon(b, "--node-name", node, "--kubeconfig", kubeconfigFor(b, srv), "--kubelet-config", cfg)
+	waitCondition(b, c, node, v1.ConditionFalse, 5*time.Second)
+	time.Sleep(time.Second)
+
+	var idle, changes, writes, requests float64
+	for b.Loop() {
+		before := p.requests()
+		time.Sleep(10 * time.Second)
+		idle = p.requests().total() - before.total()
+
+		for _, online := range []bool{false, true} {
+			before := p.requests()
+			m.SetCPUOnline(b, 1, online)
+			status := v1.ConditionTrue
+			if online {
+				status = v1.ConditionFalse
+			}
+			waitCondition(b, c, node, status, 10*time.Second)
+			time.Sleep(2 * time.Second) // the Event is sent asynchronously
+			after := p.requests()
+			changes++
+			writes += after.writes() - before.writes()
+			requests += after.total() - before.total()
+		}
+	}
+	if idle != 0 {
+		b.Errorf("%v requests at idle, want 0", idle)
+	}
+	if writes/changes > 3 {
+		b.Errorf("%v writes per change, want at most 3", writes/changes)
+	}
+	b.ReportMetric(idle, "requests-idle-10s")
+	b.ReportMetric(writes/changes, "writes/change")
+	b.ReportMetric(requests/changes, "requests/change")
 }

@@ -22,6 +22,9 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(fakeKubeletEnv); mode != "" {
+		os.Exit(fakeKubelet(mode))
+	}
 	dir, err := os.MkdirTemp("", "hotplugd-integration-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -36,6 +39,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	stopSharedAPIServer()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -87,8 +91,20 @@ func startDaemon(t testing.TB, extra ...string) *daemonProc {
 // the test).
 func startDaemonAs(t testing.TB, cred *syscall.Credential, extra ...string) *daemonProc {
 	t.Helper()
+	return startDaemonArgs(t, cred, append([]string{"--standalone"}, extra...)...)
+}
+
+// startClusterDaemon is startDaemon without --standalone: extra says where
+// the API server and the Node are.
+func startClusterDaemon(t testing.TB, extra ...string) *daemonProc {
+	t.Helper()
+	return startDaemonArgs(t, nil, extra...)
+}
+
+func startDaemonArgs(t testing.TB, cred *syscall.Credential, extra ...string) *daemonProc {
+	t.Helper()
 	addr := freeAddr(t)
-	args := append([]string{"run", "--standalone", "--log-format", "json", "--log-level", "debug", "--metrics-addr", addr}, extra...)
+	args := append([]string{"run", "--log-format", "json", "--log-level", "debug", "--metrics-addr", addr}, extra...)
 	cmd := exec.Command(binary, args...)
 	cmd.Env = filteredEnv()
 	if cred != nil {
@@ -321,4 +337,52 @@ func burst(t testing.TB, files []string, n int) {
 
 func writeFile(path, value string) error {
 	return os.WriteFile(path, []byte(value), 0)
+}
+
+// apiRequests are hotplugd_api_requests_total by verb.
+type apiRequests map[string]float64
+
+func (r apiRequests) total() float64 {
+	var n float64
+	for _, v := range r {
+		n += v
+	}
+	return n
+}
+
+// writes counts the requests that change something.
+func (r apiRequests) writes() float64 {
+	return r["create"] + r["update"] + r["patch"] + r["delete"]
+}
+
+// requests reads hotplugd_api_requests_total from /metrics, summed by verb.
+func (p *daemonProc) requests() apiRequests {
+	p.t.Helper()
+	resp, err := http.Get("http://" + p.metricsAddr + "/metrics")
+	if err != nil {
+		p.t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	out := apiRequests{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "hotplugd_api_requests_total{")
+		if !ok {
+			continue
+		}
+		labels, value, _ := strings.Cut(rest, "} ")
+		verb := ""
+		for _, l := range strings.Split(labels, ",") {
+			if v, ok := strings.CutPrefix(l, `verb="`); ok {
+				verb = strings.TrimSuffix(v, `"`)
+			}
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			p.t.Fatalf("hotplugd_api_requests_total: %v", err)
+		}
+		out[verb] += v
+	}
+	return out
 }

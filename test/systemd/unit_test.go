@@ -247,13 +247,15 @@ func TestDefaultFile(t *testing.T) {
 			args = append(args, string(v))
 		}
 	}
-	if diff := cmp.Diff([]string{`"--standalone"`}, args); diff != "" {
+	if diff := cmp.Diff([]string{`"--kubeconfig=/etc/kubernetes/kubelet.conf --remedy=report"`}, args); diff != "" {
 		t.Errorf("unexpected HOTPLUGD_ARGS (-want +got):\n%s", diff)
 	}
 	for _, flag := range []string{
 		"--standalone", "--sysfs-root", "--procfs-root", "--quiet-window DUR", "(500ms)",
 		"--max-delay DUR", "(5s)", "--resync DUR", "0 disables (1m)", "--metrics-addr ADDR",
-		"(127.0.0.1:9792)", "--log-format", "--log-level",
+		"(127.0.0.1:9792)", "--log-format", "--log-level", "--kubeconfig FILE", "--node-name NAME", "--remedy MODE",
+		"--settle DUR", "(3s)", "--remedy-interval DUR", "(10m)", "--kubelet-unit UNIT", "--kubelet-config FILE",
+		"--min-memory-delta Q", "(100Mi)", "--dry-run",
 	} {
 		if !bytes.Contains(b, []byte(flag)) {
 			t.Errorf("%s does not document %q", defaultPath, flag)

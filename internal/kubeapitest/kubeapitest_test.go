@@ -1,0 +1,331 @@
+package kubeapitest
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// startServer starts a Server for one test, or skips the test when the
+// binaries are not built.
+func startServer(t *testing.T, o Options) *Server {
+	t.Helper()
+	bin, err := BinDir()
+	if err != nil {
+		t.Skip(err)
+	}
+	o.BinDir = bin
+	start := time.Now()
+	s, err := Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	t.Logf("etcd and kube-apiserver ready in %v", time.Since(start).Round(time.Millisecond))
+	return s
+}
+
+func createNode(t *testing.T, c kubernetes.Interface, name string) *v1.Node {
+	t.Helper()
+	n := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
+		Status: v1.NodeStatus{
+			Capacity: v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("4Gi")},
+			Conditions: []v1.NodeCondition{{
+				Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady",
+				LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
+			}},
+		},
+	}
+	got, err := c.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// conditionTypes are the types of n's conditions, sorted: a strategic-merge
+// patch puts a new condition first.
+func conditionTypes(n *v1.Node) []v1.NodeConditionType {
+	var types []v1.NodeConditionType
+	for _, c := range n.Status.Conditions {
+		types = append(types, c.Type)
+	}
+	slices.Sort(types)
+	return types
+}
+
+// staleConditionPatch is the strategic-merge patch hotplugd sends to
+// nodes/status: conditions merge by type.
+const staleConditionPatch = `{"status":{"conditions":[{"type":"KubeletCapacityStale","status":"True","reason":"CapacityDrift","message":"cpu 2 -> 1","lastHeartbeatTime":"2026-01-01T00:00:00Z","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}`
+
+func TestServer(t *testing.T) {
+	s := startServer(t, Options{})
+	ctx := context.Background()
+	c := s.Client()
+
+	// Created with its status, as a kubelet registers a Node.
+	createNode(t, c, "node-a")
+	n, err := c.CoreV1().Nodes().Patch(ctx, "node-a", types.StrategicMergePatchType, []byte(staleConditionPatch), metav1.PatchOptions{}, "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]v1.NodeConditionType{"KubeletCapacityStale", v1.NodeReady}, conditionTypes(n)); diff != "" {
+		t.Errorf("conditions after the status patch (-want +got):\n%s", diff)
+	}
+	if got := n.Status.Capacity[v1.ResourceCPU]; got.String() != "2" {
+		t.Errorf("capacity cpu = %s after the status patch, want 2", got.String())
+	}
+
+	ev := &v1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: "node-a.", Namespace: metav1.NamespaceDefault},
+		InvolvedObject: v1.ObjectReference{Kind: "Node", Name: "node-a", UID: n.UID, APIVersion: "v1"},
+		Reason:         "CapacityDrift",
+		Message:        "cpu 2 -> 1",
+		Type:           v1.EventTypeWarning,
+		Source:         v1.EventSource{Component: "hotplugd", Host: "node-a"},
+		FirstTimestamp: metav1.Now(),
+		LastTimestamp:  metav1.Now(),
+		Count:          1,
+	}
+	if _, err := c.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The kubeconfig reaches the same server.
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := s.WriteKubeconfig(kc, s.AdminToken); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kcClient.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{}); err != nil {
+		t.Fatalf("client from the kubeconfig: %v", err)
+	}
+
+	// An outage: the client fails, then works again on the same URL with
+	// the same token, and etcd kept the objects.
+	start := time.Now()
+	if err := s.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kube-apiserver stopped in %v", time.Since(start).Round(time.Millisecond))
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := c.CoreV1().Nodes().Get(short, "node-a", metav1.GetOptions{}); err == nil {
+		t.Fatal("Get succeeded while kube-apiserver was stopped")
+	}
+	if err := s.StopAPIServer(); err == nil {
+		t.Error("StopAPIServer of a stopped server: no error")
+	}
+	start = time.Now()
+	if err := s.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kube-apiserver restarted and ready in %v", time.Since(start).Round(time.Millisecond))
+	if err := s.StartAPIServer(); err == nil {
+		t.Error("StartAPIServer of a running server: no error")
+	}
+	n, err = c.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("Get after the restart: %v", err)
+	}
+	if diff := cmp.Diff([]v1.NodeConditionType{"KubeletCapacityStale", v1.NodeReady}, conditionTypes(n)); diff != "" {
+		t.Errorf("conditions after the restart (-want +got):\n%s", diff)
+	}
+	evs, err := c.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs.Items) != 1 || evs.Items[0].Reason != "CapacityDrift" {
+		t.Errorf("events of node-a after the restart: %+v, want the one CapacityDrift", evs.Items)
+	}
+
+	// Without Options.Log, each server logs to a file in Dir, a restart
+	// appending to it.
+	b, err := os.ReadFile(filepath.Join(s.Dir, "kube-apiserver.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(b), "==== kubeapitest: kube-apiserver "); got != 2 {
+		t.Errorf("kube-apiserver.log has %d starts, want 2", got)
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir, "etcd.log")); err != nil {
+		t.Error(err)
+	}
+	s.Stop()
+	if _, err := os.Stat(s.Dir); !os.IsNotExist(err) {
+		t.Errorf("Dir after Stop: %v, want it removed", err)
+	}
+}
+
+// TestStatusPatchAnnotations records what the real API server does with
+// metadata in a strategic-merge patch of nodes/status: it keeps metadata
+// changes (annotations and labels alike) and drops spec changes, while a
+// patch of nodes drops status changes. So one patch of nodes/status can
+// write hotplugd's condition and annotations together.
+//
+// The server logs to Options.Log here, which the test checks too.
+func TestStatusPatchAnnotations(t *testing.T) {
+	var log bytes.Buffer
+	s := startServer(t, Options{Log: &log})
+	ctx := context.Background()
+	c := s.Client()
+	createNode(t, c, "node-a")
+
+	patch := `{"metadata":{"annotations":{"hotplugd.io/x":"1"},"labels":{"hotplugd.io/l":"1"}},"spec":{"unschedulable":true},` + staleConditionPatch[1:]
+	if _, err := c.CoreV1().Nodes().Patch(ctx, "node-a", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Annotations["hotplugd.io/x"]; got != "1" {
+		t.Errorf("annotation hotplugd.io/x = %q after a nodes/status patch, want it persisted", got)
+	}
+	if got := n.Labels["hotplugd.io/l"]; got != "1" {
+		t.Errorf("label hotplugd.io/l = %q after a nodes/status patch, want it persisted", got)
+	}
+	if n.Spec.Unschedulable {
+		t.Error("spec.unschedulable persisted through nodes/status, want it reset")
+	}
+	if diff := cmp.Diff([]v1.NodeConditionType{"KubeletCapacityStale", v1.NodeReady}, conditionTypes(n)); diff != "" {
+		t.Errorf("conditions (-want +got):\n%s", diff)
+	}
+
+	// And the main resource ignores status.
+	n, err = c.CoreV1().Nodes().Patch(ctx, "node-a", types.StrategicMergePatchType,
+		[]byte(`{"metadata":{"annotations":{"hotplugd.io/y":"2"}},"status":{"capacity":{"cpu":"64"}}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Status.Capacity[v1.ResourceCPU]; got.String() != "2" || n.Annotations["hotplugd.io/y"] != "2" {
+		t.Errorf("after a nodes patch: cpu %s (want 2, status ignored), annotation hotplugd.io/y %q (want 2)", got.String(), n.Annotations["hotplugd.io/y"])
+	}
+
+	s.Stop() // the output is complete once the processes are gone
+	if !strings.Contains(log.String(), "Version: v1.36.3") {
+		t.Errorf("Options.Log lacks kube-apiserver's version line; it has %d bytes", log.Len())
+	}
+}
+
+func TestBinDirEnv(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(EnvBinDir, dir)
+	if _, err := BinDir(); err == nil {
+		t.Fatalf("BinDir with an empty $%s: no error", EnvBinDir)
+	}
+	fakeBinaries(t, dir)
+	got, err := BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != dir {
+		t.Errorf("BinDir() = %q, want $%s = %q", got, EnvBinDir, dir)
+	}
+}
+
+func TestBinDirNotBuilt(t *testing.T) {
+	t.Setenv(EnvBinDir, "")
+	t.Setenv("HOTPLUGD_KUBEBIN_CACHE", t.TempDir())
+	_, err := BinDir()
+	if err == nil || !strings.Contains(err.Error(), "hack/kubebin.sh") {
+		t.Errorf("BinDir() with nothing built: error %v, want one naming hack/kubebin.sh", err)
+	}
+}
+
+// TestCacheDirMatchesScript checks that BinDir looks where hack/kubebin.sh
+// builds to: with fake binaries at cacheDir, the script prints cacheDir. A
+// `go` that fails comes first in PATH, so a mismatch cannot start a build.
+func TestCacheDirMatchesScript(t *testing.T) {
+	for _, env := range []struct{ name, value string }{
+		{"HOTPLUGD_KUBEBIN_CACHE", t.TempDir()},
+		{"XDG_CACHE_HOME", t.TempDir()},
+		{"HOME", t.TempDir()},
+	} {
+		t.Run(env.name, func(t *testing.T) {
+			for _, name := range []string{"HOTPLUGD_KUBEBIN_CACHE", "XDG_CACHE_HOME"} {
+				t.Setenv(name, "")
+			}
+			t.Setenv(env.name, env.value)
+			root, err := repoRoot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := cacheDir(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(want, env.value+string(filepath.Separator)) {
+				t.Fatalf("cacheDir = %q, not under $%s = %q", want, env.name, env.value)
+			}
+			if err := os.MkdirAll(want, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			fakeBinaries(t, want)
+			stub := t.TempDir()
+			if err := os.WriteFile(filepath.Join(stub, "go"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command("bash", filepath.Join(root, "hack", "kubebin.sh"))
+			cmd.Env = append(os.Environ(), "PATH="+stub+string(os.PathListSeparator)+os.Getenv("PATH"))
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("hack/kubebin.sh: %v", err)
+			}
+			if got := strings.TrimSpace(string(out)); got != want {
+				t.Errorf("hack/kubebin.sh printed %q, cacheDir is %q", got, want)
+			}
+		})
+	}
+}
+
+func fakeBinaries(t *testing.T, dir string) {
+	t.Helper()
+	for _, name := range binaries {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestStartFailure: a server that exits at once makes Start fail with its
+// output, and leave nothing behind.
+func TestStartFailure(t *testing.T) {
+	bin := t.TempDir()
+	fakeBinaries(t, bin)
+	if err := os.WriteFile(filepath.Join(bin, "etcd"), []byte("#!/bin/sh\necho 'etcd: cannot start' >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	_, err := Start(Options{BinDir: bin})
+	if err == nil || !strings.Contains(err.Error(), "etcd exited") || !strings.Contains(err.Error(), "etcd: cannot start") {
+		t.Errorf("Start: error %v, want etcd's exit and output", err)
+	}
+	left, _ := os.ReadDir(tmp)
+	if len(left) != 0 {
+		t.Errorf("Start left %v in $TMPDIR", left)
+	}
+}

@@ -1,0 +1,598 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/hotplugd/hotplugd/internal/kubeapitest"
+	"github.com/hotplugd/hotplugd/internal/machinetest"
+	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
+	"github.com/hotplugd/hotplugd/pkg/nodepatch"
+	"github.com/hotplugd/hotplugd/pkg/topology"
+)
+
+// The API server shared by the tests of this package that do not stop it.
+var (
+	sharedMu  sync.Mutex
+	shared    *kubeapitest.Server
+	sharedErr error
+)
+
+// sharedAPIServer starts the package's API server on first use; TestMain
+// stops it. Tests skip, saying why, when the binaries are not built.
+func sharedAPIServer(t testing.TB) *kubeapitest.Server {
+	t.Helper()
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if shared == nil && sharedErr == nil {
+		if _, err := kubeapitest.BinDir(); err != nil {
+			t.Skipf("SKIPPED: no kube-apiserver: %v", err)
+		}
+		shared, sharedErr = kubeapitest.Start(kubeapitest.Options{})
+	}
+	if sharedErr != nil {
+		t.Fatalf("starting kube-apiserver and etcd: %v", sharedErr)
+	}
+	return shared
+}
+
+func stopSharedAPIServer() {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if shared != nil {
+		shared.Stop()
+	}
+}
+
+// ownAPIServer is a server of the test's own, for tests that stop it.
+func ownAPIServer(t testing.TB) *kubeapitest.Server {
+	t.Helper()
+	if _, err := kubeapitest.BinDir(); err != nil {
+		t.Skipf("SKIPPED: no kube-apiserver: %v", err)
+	}
+	s, err := kubeapitest.Start(kubeapitest.Options{})
+	if err != nil {
+		t.Fatalf("starting kube-apiserver and etcd: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// kubeletConfig writes a KubeletConfiguration with reservations, so that
+// allocatable differs from capacity, and healthz off (no kubelet runs here).
+func kubeletConfig(t testing.TB) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubelet-config.yaml")
+	cfg := `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+healthzPort: 0
+systemReserved:
+  memory: 200Mi
+kubeReserved:
+  cpu: 100m
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// machineStatus is what a kubelet with configuration cfgPath, started now,
+// reports: capacity and allocatable, from this machine.
+func machineStatus(t testing.TB, cfgPath string) (capacity, allocatable v1.ResourceList) {
+	t.Helper()
+	capacity, allocatable, err := predictStatus(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return capacity, allocatable
+}
+
+func predictStatus(cfgPath string) (capacity, allocatable v1.ResourceList, err error) {
+	snap, err := topology.NewFS("/sys", "/proc").CapacitySnapshot()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := kubeletconfig.Load(cfgPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	alloc, err := snap.Allocatable(cfg)
+	return snap.Capacity(), alloc, err
+}
+
+var nodeSeq int
+
+// createNode registers a Node with the given status resources, as a kubelet
+// does (plus pods, which hotplugd must leave alone).
+func createNode(t testing.TB, c kubernetes.Interface, prefix string, capacity, allocatable v1.ResourceList) string {
+	t.Helper()
+	nodeSeq++
+	name := fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), nodeSeq)
+	ctx := context.Background()
+	n, err := c.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setStatus(t, c, n.Name, capacity, allocatable)
+	t.Cleanup(func() { c.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	return name
+}
+
+// setStatus puts capacity and allocatable on the Node's status, as a
+// (re)started kubelet does.
+func setStatus(t testing.TB, c kubernetes.Interface, node string, capacity, allocatable v1.ResourceList) {
+	t.Helper()
+	if err := patchStatus(c, node, capacity, allocatable); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func patchStatus(c kubernetes.Interface, node string, capacity, allocatable v1.ResourceList) error {
+	capacity, allocatable = capacity.DeepCopy(), allocatable.DeepCopy()
+	capacity["pods"], allocatable["pods"] = mustQuantity("110"), mustQuantity("110")
+	b, _ := json.Marshal(map[string]any{"status": map[string]any{"capacity": capacity, "allocatable": allocatable}})
+	_, err := c.CoreV1().Nodes().Patch(context.Background(), node, types.StrategicMergePatchType, b, metav1.PatchOptions{}, "status")
+	return err
+}
+
+func withCPU(l v1.ResourceList, cpu string) v1.ResourceList {
+	l = l.DeepCopy()
+	l[v1.ResourceCPU] = mustQuantity(cpu)
+	return l
+}
+
+func kubeconfigFor(t testing.TB, s *kubeapitest.Server) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := s.WriteKubeconfig(path, s.AdminToken); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// condition returns the Node's KubeletCapacityStale condition, nil when absent.
+func condition(t testing.TB, c kubernetes.Interface, node string) (*v1.NodeCondition, *v1.Node) {
+	t.Helper()
+	n, err := c.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == nodepatch.ConditionType {
+			return &n.Status.Conditions[i], n
+		}
+	}
+	return nil, n
+}
+
+// waitCondition polls (every 20 ms) until the condition has status, and
+// returns it with when it was first seen so.
+func waitCondition(t testing.TB, c kubernetes.Interface, node string, status v1.ConditionStatus, timeout time.Duration) (*v1.NodeCondition, *v1.Node, time.Time) {
+	t.Helper()
+	return waitConditionReason(t, c, node, status, "", timeout)
+}
+
+// waitConditionReason is waitCondition for a status and reason ("": any).
+func waitConditionReason(t testing.TB, c kubernetes.Interface, node string, status v1.ConditionStatus, reason string, timeout time.Duration) (*v1.NodeCondition, *v1.Node, time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		cond, n := condition(t, c, node)
+		if cond != nil && cond.Status == status && (reason == "" || cond.Reason == reason) {
+			return cond, n, time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition %s of node %s not %s within %v: %+v", nodepatch.ConditionType, node, status, timeout, cond)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// events returns the Events on the Node with reason, oldest first.
+func events(t testing.TB, c kubernetes.Interface, node, reason string) []v1.Event {
+	t.Helper()
+	list, err := c.CoreV1().Events("").List(context.Background(), metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node + ",reason=" + reason,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// waitEvents waits until there are n Events with reason on the Node.
+func waitEvents(t testing.TB, c kubernetes.Interface, node, reason string, n int, timeout time.Duration) []v1.Event {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ev := events(t, c, node, reason)
+		if len(ev) >= n || time.Now().After(deadline) {
+			if len(ev) != n {
+				t.Fatalf("%d %s events on %s, want %d: %+v", len(ev), reason, node, n, ev)
+			}
+			return ev
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestIntegrationNodeReport: a Node registered with stale capacity gets the
+// Event, the condition True and the annotations within 2 s of the daemon's
+// first reconcile; patched to match (as a restarted kubelet does), the
+// condition is False within 2 s; a daemon restart keeps the transition time
+// and writes nothing.
+func TestIntegrationNodeReport(t *testing.T) {
+	srv := sharedAPIServer(t)
+	c := srv.Client()
+	cfg := kubeletConfig(t)
+	capacity, allocatable := machineStatus(t, cfg)
+	// The kubelet started when the machine had 64 CPUs.
+	node := createNode(t, c, "stale", withCPU(capacity, "64"), withCPU(allocatable, "63900m"))
+	args := []string{"--node-name", node, "--kubeconfig", kubeconfigFor(t, srv), "--kubelet-config", cfg,
+		"--kubelet-root-dir", t.TempDir(), "--resync", "0"}
+
+	d := startClusterDaemon(t, args...)
+	first := d.waitFor(10*time.Second, func(e logEntry) bool { return e.Msg == "topology" }).Time
+	cond, n, seen := waitCondition(t, c, node, v1.ConditionTrue, 10*time.Second)
+	t.Logf("condition True %v after the first reconcile", seen.Sub(first).Round(time.Millisecond))
+	if seen.Sub(first) > 2*time.Second {
+		t.Errorf("condition True %v after the first reconcile, want within 2s", seen.Sub(first))
+	}
+	wantDrift := fmt.Sprintf("capacity cpu 64 -> %s, allocatable cpu 63900m -> %s", q(capacity, "cpu"), q(allocatable, "cpu"))
+	if cond.Reason != nodepatch.ReasonCapacityDrift || !strings.Contains(cond.Message, wantDrift) {
+		t.Errorf("condition %+v, want reason %s and %q in the message", cond, nodepatch.ReasonCapacityDrift, wantDrift)
+	}
+	if got, want := n.Annotations[nodepatch.AnnotationCapacity], nodepatch.FormatResources(capacity); got != want {
+		t.Errorf("annotation %s = %q, want %q", nodepatch.AnnotationCapacity, got, want)
+	}
+	if got, want := n.Annotations[nodepatch.AnnotationAllocatable], nodepatch.FormatResources(allocatable); got != want {
+		t.Errorf("annotation %s = %q, want %q", nodepatch.AnnotationAllocatable, got, want)
+	}
+	if ts, err := time.Parse(time.RFC3339, n.Annotations[nodepatch.AnnotationLastChange]); err != nil || time.Since(ts) > time.Minute {
+		t.Errorf("annotation %s = %q (%v)", nodepatch.AnnotationLastChange, n.Annotations[nodepatch.AnnotationLastChange], err)
+	}
+	ev := waitEvents(t, c, node, nodepatch.ReasonCapacityDrift, 1, 2*time.Second)
+	if ev[0].Type != v1.EventTypeWarning || !strings.Contains(ev[0].Message, wantDrift) || ev[0].Source.Component != "hotplugd" {
+		t.Errorf("event %s %q from %s", ev[0].Type, ev[0].Message, ev[0].Source.Component)
+	}
+	if n.Status.Capacity.Pods().String() != "110" {
+		t.Errorf("pods capacity touched: %v", n.Status.Capacity)
+	}
+
+	// A daemon restart while the drift lasts: same transition time, no
+	// second Event, nothing written.
+	trueSince := cond.LastTransitionTime
+	d.stop()
+	d = startClusterDaemon(t, args...)
+	time.Sleep(2 * time.Second)
+	if cond, _ := condition(t, c, node); cond.Status != v1.ConditionTrue || !cond.LastTransitionTime.Equal(&trueSince) {
+		t.Errorf("after a daemon restart: %+v, want True since %v", cond, trueSince)
+	}
+	if w := d.metric(`hotplugd_node_writes_total{what="status"}`) + d.metric(`hotplugd_node_writes_total{what="event"}`); w != 0 {
+		t.Errorf("the restarted daemon wrote %v times, want 0", w)
+	}
+	waitEvents(t, c, node, nodepatch.ReasonCapacityDrift, 1, 0)
+
+	// The kubelet restarted and reports this machine: False within 2 s.
+	patched := time.Now()
+	setStatus(t, c, node, capacity, allocatable)
+	cond, _, seen = waitCondition(t, c, node, v1.ConditionFalse, 5*time.Second)
+	t.Logf("condition False %v after the Node matched", seen.Sub(patched).Round(time.Millisecond))
+	if seen.Sub(patched) > 2*time.Second {
+		t.Errorf("condition False %v after the Node matched, want within 2s", seen.Sub(patched))
+	}
+	if cond.Reason != nodepatch.ReasonCapacityCurrent || cond.LastTransitionTime.Equal(&trueSince) {
+		t.Errorf("condition %+v", cond)
+	}
+
+	// Restarted again: the False transition time is kept too.
+	falseSince := cond.LastTransitionTime
+	d.stop()
+	d = startClusterDaemon(t, args...)
+	time.Sleep(2 * time.Second)
+	if cond, _ := condition(t, c, node); cond.Status != v1.ConditionFalse || !cond.LastTransitionTime.Equal(&falseSince) {
+		t.Errorf("after a daemon restart: %+v, want False since %v", cond, falseSince)
+	}
+	if w := d.metric(`hotplugd_node_writes_total{what="status"}`); w != 0 {
+		t.Errorf("the restarted daemon wrote the status %v times, want 0", w)
+	}
+}
+
+// TestIntegrationMemoryNoise: a memory difference below --min-memory-delta
+// is logged, not reported.
+func TestIntegrationMemoryNoise(t *testing.T) {
+	srv := sharedAPIServer(t)
+	c := srv.Client()
+	cfg := kubeletConfig(t)
+	capacity, allocatable := machineStatus(t, cfg)
+	mem := capacity.Memory().DeepCopy()
+	mem.Sub(mustQuantity("64Mi"))
+	stale := capacity.DeepCopy()
+	stale[v1.ResourceMemory] = mem
+	node := createNode(t, c, "noise", stale, allocatable)
+	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kubeconfigFor(t, srv), "--kubelet-config", cfg)
+	d.waitFor(5*time.Second, func(e logEntry) bool { return strings.Contains(e.Msg, "less than --min-memory-delta") })
+	cond, _, _ := waitCondition(t, c, node, v1.ConditionFalse, 5*time.Second)
+	if cond.Reason != nodepatch.ReasonCapacityCurrent {
+		t.Errorf("condition %+v", cond)
+	}
+	if ev := events(t, c, node, nodepatch.ReasonCapacityDrift); len(ev) != 0 {
+		t.Errorf("events for noise: %+v", ev)
+	}
+}
+
+func q(l v1.ResourceList, name v1.ResourceName) string {
+	v := l[name]
+	return v.String()
+}
+
+// The fake kubelet: the test binary run by hotplugd's --kubelet-start-command.
+const fakeKubeletEnv = "HOTPLUGD_FAKE_KUBELET"
+
+// fakeKubelet is a kubelet start as far as the Node is concerned: it
+// appends "start <unix nanos>" to $FAKE_LOG and, unless $FAKE_MODE's file
+// says "broken", reports this machine's capacity and allocatable on the
+// Node, as a restarted kubelet does.
+func fakeKubelet(string) int {
+	log, err := os.OpenFile(os.Getenv("FAKE_LOG"), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer log.Close()
+	fmt.Fprintf(log, "start %d\n", time.Now().UnixNano())
+	if mode, _ := os.ReadFile(os.Getenv("FAKE_MODE")); strings.TrimSpace(string(mode)) == "broken" {
+		return 0
+	}
+	capacity, allocatable, err := predictStatus(os.Getenv("FAKE_KUBELET_CONFIG"))
+	if err == nil {
+		var cfg, cerr = clientcmd.BuildConfigFromFlags("", os.Getenv("FAKE_KUBECONFIG"))
+		err = cerr
+		if err == nil {
+			c, cerr := kubernetes.NewForConfig(cfg)
+			err = cerr
+			if err == nil {
+				err = patchStatus(c, os.Getenv("FAKE_NODE"), capacity, allocatable)
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fake kubelet:", err)
+		return 1
+	}
+	return 0
+}
+
+// fakeKubeletRig is hotplugd's stop and start commands for the fake
+// kubelet, and what they did.
+type fakeKubeletRig struct {
+	t          testing.TB
+	log, mode  string
+	stop       string
+	start      string
+	kubeconfig string
+}
+
+func newFakeKubelet(t testing.TB, kubeconfig, node, cfg string) *fakeKubeletRig {
+	t.Helper()
+	dir := t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &fakeKubeletRig{t: t, log: filepath.Join(dir, "calls"), mode: filepath.Join(dir, "mode"), kubeconfig: kubeconfig}
+	r.stop = fmt.Sprintf("echo stop $(date +%%s%%N) >> %s", r.log)
+	r.start = fmt.Sprintf("%s=1 FAKE_LOG=%s FAKE_MODE=%s FAKE_KUBECONFIG=%s FAKE_NODE=%s FAKE_KUBELET_CONFIG=%s %s",
+		fakeKubeletEnv, r.log, r.mode, kubeconfig, node, cfg, self)
+	return r
+}
+
+func (r *fakeKubeletRig) setBroken(broken bool) {
+	mode := "ok"
+	if broken {
+		mode = "broken"
+	}
+	if err := os.WriteFile(r.mode, []byte(mode), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// call is one stop or start.
+type call struct {
+	what string
+	at   time.Time
+}
+
+func (r *fakeKubeletRig) calls() []call {
+	b, _ := os.ReadFile(r.log)
+	var out []call
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		ns, _ := strconv.ParseInt(f[1], 10, 64)
+		out = append(out, call{f[0], time.Unix(0, ns)})
+	}
+	return out
+}
+
+func (r *fakeKubeletRig) sequence() string {
+	var parts []string
+	for _, c := range r.calls() {
+		parts = append(parts, c.what)
+	}
+	return strings.Join(parts, ",")
+}
+
+// TestIntegrationRemedy: hotplugd with --remedy=restart-kubelet and a fake
+// kubelet control, on this machine's cpu1: exactly one restart per settled
+// change and none while a burst is arriving; a restart after which the Node
+// still shows the old capacity is rolled back and reported; the rate limit
+// holds.
+func TestIntegrationRemedy(t *testing.T) {
+	m := machinetest.Acquire(t)
+	srv := sharedAPIServer(t)
+	c := srv.Client()
+	cfg := kubeletConfig(t)
+	capacity, allocatable := machineStatus(t, cfg)
+	if capacity.Cpu().Value() < 2 {
+		t.Skip("SKIPPED: needs cpu1 online to start with")
+	}
+	node := createNode(t, c, "remedy", capacity, allocatable)
+	kc := kubeconfigFor(t, srv)
+	k := newFakeKubelet(t, kc, node, cfg)
+	const settle, interval = time.Second, 8 * time.Second
+	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kc, "--kubelet-config", cfg, "--kubelet-root-dir", t.TempDir(),
+		"--remedy", "restart-kubelet", "--settle", settle.String(), "--remedy-interval", interval.String(), "--remedy-timeout", "2s",
+		"--kubelet-stop-command", k.stop, "--kubelet-start-command", k.start)
+	waitCondition(t, c, node, v1.ConditionFalse, 5*time.Second)
+
+	// 1. cpu1 goes offline in the middle of a 3 s burst of memory uevents.
+	files := memoryBlocks(t)
+	burstStart := time.Now()
+	burstDone := make(chan time.Time)
+	go func() {
+		var last time.Time
+		for time.Since(burstStart) < 3*time.Second {
+			for _, f := range files[:min(len(files), 8)] {
+				os.WriteFile(f, []byte("online"), 0)
+			}
+			last = time.Now()                 // the burst's last event was sent before this
+			time.Sleep(10 * time.Millisecond) // well inside the 500 ms quiet window
+		}
+		burstDone <- last
+	}()
+	time.Sleep(time.Second)
+	m.SetCPUOnline(t, 1, false)
+	burstEnd := <-burstDone
+	d.waitFor(15*time.Second, func(e logEntry) bool { return e.Msg == "remedy done" && e.str("outcome") == "remediated" })
+	calls := k.calls()
+	if k.sequence() != "stop,start" {
+		t.Fatalf("kubelet calls %q, want one restart (stop,start)", k.sequence())
+	}
+	if calls[0].at.Before(burstEnd.Add(settle)) {
+		t.Errorf("the kubelet was stopped %v after the burst's last event, want at least the settle time %v", calls[0].at.Sub(burstEnd), settle)
+	}
+	t.Logf("the burst's last event, then %v later the kubelet was stopped", calls[0].at.Sub(burstEnd).Round(time.Millisecond))
+	waitCondition(t, c, node, v1.ConditionFalse, 5*time.Second)
+	waitEvents(t, c, node, nodepatch.ReasonRemediated, 1, 5*time.Second)
+	if ev := events(t, c, node, nodepatch.ReasonCapacityDrift); len(ev) != 1 {
+		t.Errorf("%d CapacityDrift events, want 1", len(ev))
+	}
+
+	// 2. cpu1 back, but the restarted kubelet keeps reporting 1 CPU: the
+	// restart is rolled back and reported.
+	k.setBroken(true)
+	m.SetCPUOnline(t, 1, true)
+	failed := d.waitFor(interval+15*time.Second, func(e logEntry) bool { return e.Msg == "remedy failed" })
+	if got := k.sequence(); got != "stop,start,stop,start,stop,start" {
+		t.Errorf("kubelet calls %q, want the restart and its rollback", got)
+	}
+	cond, _, _ := waitConditionReason(t, c, node, v1.ConditionTrue, nodepatch.ReasonRemediationFailed, 5*time.Second)
+	if !strings.Contains(cond.Message, "rolled back") {
+		t.Errorf("condition %+v, want RemediationFailed and rolled back", cond)
+	}
+	waitEvents(t, c, node, nodepatch.ReasonRemediationFailed, 1, 5*time.Second)
+	firstTry := k.calls()[2].at
+
+	// 3. The rate limit: no attempt for the interval, then one that works.
+	k.setBroken(false)
+	time.Sleep(interval - time.Since(firstTry) - time.Second)
+	if got := len(k.calls()); got != 6 {
+		t.Errorf("%d kubelet calls within the rate limit interval, want 6", got)
+	}
+	d.waitFor(interval+10*time.Second, func(e logEntry) bool {
+		return e.Msg == "remedy done" && e.str("outcome") == "remediated" && e.Time.After(failed.Time)
+	})
+	calls = k.calls()
+	if len(calls) != 8 {
+		t.Fatalf("kubelet calls %q", k.sequence())
+	}
+	if gap := calls[6].at.Sub(firstTry); gap < interval {
+		t.Errorf("second attempt %v after the first, want at least %v", gap, interval)
+	}
+	waitCondition(t, c, node, v1.ConditionFalse, 5*time.Second)
+}
+
+// TestIntegrationAPIServerOutage: the API server is away for 60 s while
+// cpu1 goes offline; the daemon keeps running and the Node shows the drift
+// within 5 s of the server's return.
+func TestIntegrationAPIServerOutage(t *testing.T) {
+	m := machinetest.Acquire(t)
+	srv := ownAPIServer(t)
+	c := srv.Client()
+	cfg := kubeletConfig(t)
+	capacity, allocatable := machineStatus(t, cfg)
+	if capacity.Cpu().Value() < 2 {
+		t.Skip("SKIPPED: needs cpu1 online to start with")
+	}
+	node := createNode(t, c, "outage", capacity, allocatable)
+	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kubeconfigFor(t, srv), "--kubelet-config", cfg)
+	waitCondition(t, c, node, v1.ConditionFalse, 5*time.Second)
+
+	if err := srv.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	m.SetCPUOnline(t, 1, false)
+	d.waitFor(5*time.Second, isChange("cpu", capacity.Cpu().String(), "1"))
+	for i := 0; i < 60; i++ {
+		time.Sleep(time.Second)
+		if code := d.healthz(); code != 200 {
+			t.Fatalf("healthz %d during the outage", code)
+		}
+	}
+	if err := srv.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	_, _, seen := waitCondition(t, c, node, v1.ConditionTrue, 30*time.Second)
+	t.Logf("condition True %v after the API server came back", seen.Sub(back).Round(time.Millisecond))
+	if seen.Sub(back) > 5*time.Second {
+		t.Errorf("converged %v after the API server came back, want within 5s", seen.Sub(back))
+	}
+	if d.metric("hotplugd_node_write_errors_total") == 0 {
+		t.Error("no failed write counted during the outage")
+	}
+}
+
+func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }
+
+// TestIntegrationDryRun: --dry-run logs the patch it would make and writes
+// nothing.
+func TestIntegrationDryRun(t *testing.T) {
+	srv := sharedAPIServer(t)
+	c := srv.Client()
+	cfg := kubeletConfig(t)
+	capacity, allocatable := machineStatus(t, cfg)
+	node := createNode(t, c, "dryrun", withCPU(capacity, "64"), allocatable)
+	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kubeconfigFor(t, srv), "--kubelet-config", cfg, "--dry-run",
+		"--remedy", "restart-kubelet", "--settle", "0s", "--kubelet-stop-command", "false", "--kubelet-start-command", "false")
+	d.waitFor(5*time.Second, func(e logEntry) bool { return e.Msg == "dry run: would patch the node" })
+	d.waitFor(5*time.Second, func(e logEntry) bool { return e.Msg == "dry run: would restart the kubelet" })
+	if cond, n := condition(t, c, node); cond != nil || n.Annotations[nodepatch.AnnotationCapacity] != "" {
+		t.Errorf("dry run wrote the node: %+v %v", cond, n.Annotations)
+	}
+	if ev := events(t, c, node, nodepatch.ReasonCapacityDrift); len(ev) != 0 {
+		t.Errorf("dry run sent events: %+v", ev)
+	}
+	if w := d.metric(`hotplugd_api_requests_total{verb="patch",code="200"}`); w != 0 {
+		t.Errorf("%v patches in a dry run", w)
+	}
+}
