@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -80,15 +81,26 @@ type Kubelet struct {
 // Paths on the command line are resolved as the kubelet resolves them: a
 // relative one against /proc/<pid>/cwd, and files are read through
 // /proc/<pid>/root, with symlinks followed inside that root (see hostFS), so
-// that it works from another mount namespace.
+// that it works from another mount namespace. /proc/<pid>/root and cwd need
+// ptrace access to the kubelet (CAP_SYS_PTRACE for a process with fewer
+// capabilities, such as a DaemonSet pod that drops them): without it, files
+// are read at the same paths in hotplugd's own file system, where the
+// DaemonSet mounts them, and a relative path is an error.
 func Discover(procRoot string) (*Kubelet, error) {
 	pid, argv, err := findKubelet(procRoot)
 	if err != nil {
 		return nil, err
 	}
 	procDir := filepath.Join(procRoot, strconv.Itoa(pid))
+	fsys := hostFS(filepath.Join(procDir, "root"))
 	cwd := func() (string, error) { return os.Readlink(filepath.Join(procDir, "cwd")) }
-	k, err := build(kubeletArgs(argv), hostFS(filepath.Join(procDir, "root")), cwd)
+	if _, err := os.Readlink(string(fsys)); errors.Is(err, fs.ErrPermission) {
+		fsys = hostFS("/")
+		cwd = func() (string, error) {
+			return "", fmt.Errorf("%s: %w (no ptrace access to the kubelet: give --kubelet-config, or absolute paths)", filepath.Join(procDir, "cwd"), err)
+		}
+	}
+	k, err := build(kubeletArgs(argv), fsys, cwd)
 	if err != nil {
 		return nil, fmt.Errorf("kubeletconfig: kubelet pid %d: %w", pid, err)
 	}

@@ -2,6 +2,7 @@ package kubeletconfig
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -24,6 +25,17 @@ import (
 const fakeKubeletEnv = "HOTPLUGD_TEST_FAKE_KUBELET"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(discoverEnv) == "1" {
+		// Discover as a process without capabilities (see
+		// TestDiscoverWithoutPtraceAccess): the result on stdout.
+		k, err := Discover("/proc")
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(0)
+		}
+		fmt.Printf("pid=%d fsroot=%s healthz=%s\n", k.PID, k.FSRoot, k.HealthzURL)
+		os.Exit(0)
+	}
 	if os.Getenv(fakeKubeletEnv) == "1" {
 		// Killed by the test; the deadline only guards against leaks.
 		time.Sleep(2 * time.Minute)
@@ -31,6 +43,9 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// discoverEnv makes the test binary run Discover and print what it found.
+const discoverEnv = "HOTPLUGD_TEST_DISCOVER"
 
 const cfgHead = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
 
@@ -695,5 +710,54 @@ func TestDiscoverRealProcess(t *testing.T) {
 	}
 	if k.FSRoot != "/proc/"+strconv.Itoa(pid)+"/root" {
 		t.Errorf("FSRoot = %q", k.FSRoot)
+	}
+}
+
+// TestDiscoverWithoutPtraceAccess: a process without CAP_SYS_PTRACE (a
+// DaemonSet pod that drops capabilities) may not open /proc/<pid>/root of a
+// kubelet that has more capabilities than it; Discover then reads the
+// configuration at the same path in its own file system, and says what to
+// do about a relative one.
+func TestDiscoverWithoutPtraceAccess(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED: needs root, to run the kubelet with more capabilities than the discovering process")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skipf("SKIPPED: no setpriv (util-linux) to drop capabilities: %v", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "cfg.yaml"), cfgHead+"healthzPort: 10998\n")
+	for _, tt := range []struct {
+		name, config, want string
+	}{
+		{"absolute config", filepath.Join(dir, "cfg.yaml"), "fsroot=/ healthz=http://127.0.0.1:10998/healthz"},
+		{"relative config", "cfg.yaml", "no ptrace access to the kubelet: give --kubelet-config"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			kubelet := &exec.Cmd{
+				Path: self, Args: []string{"kubelet", "--config", tt.config}, Dir: dir,
+				Env:         append(os.Environ(), fakeKubeletEnv+"=1"),
+				SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+			}
+			if err := kubelet.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = kubelet.Process.Kill(); _ = kubelet.Wait() })
+			out, err := exec.Command(setpriv, "--bounding-set=-all", "--inh-caps=-all", "--", "env", discoverEnv+"=1", self).CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if strings.Contains(string(out), "ErrAmbiguous") || strings.Contains(string(out), "more than one") {
+				t.Skipf("another kubelet runs on this machine: %s", out)
+			}
+			if !strings.Contains(string(out), tt.want) {
+				t.Errorf("Discover without capabilities: %q, want it to contain %q", out, tt.want)
+			}
+		})
 	}
 }
