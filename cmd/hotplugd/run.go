@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
+	"github.com/hotplugd/hotplugd/pkg/cpuonline"
 	"github.com/hotplugd/hotplugd/pkg/daemon"
 	"github.com/hotplugd/hotplugd/pkg/debounce"
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
@@ -39,6 +40,8 @@ type runOptions struct {
 	Resync      time.Duration
 	MetricsAddr string
 	Logging     logging.Options
+	// OnlineNewCPUs: write 1 to a hot-added CPU's online file (pkg/cpuonline).
+	OnlineNewCPUs bool
 
 	// The cluster side.
 	NodeName       string
@@ -72,6 +75,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Resync, "resync", time.Minute, "period of the safety-net full re-read, for changes no event reports (0 disables)")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", "127.0.0.1:9792", "address for /metrics and /healthz (\"\" disables)")
 	o.Logging.AddFlags(fs)
+	fs.BoolVar(&o.OnlineNewCPUs, "online-new-cpus", false, "bring hot-added CPUs online (on their add uevent, write 1 to devices/system/cpu/cpuN/online under --sysfs-root), as distributions' udev rules do; default off: they stay offline until something else onlines them")
 
 	fs.StringVar(&o.NodeName, "node-name", "", "this machine's Node (default $NODE_NAME, else the host name in lower case, as the kubelet names it)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig for the API server (default: the pod's service account, else $KUBECONFIG or ~/.kube/config)")
@@ -224,6 +228,16 @@ Flags:
 			log.Error("cannot start", zap.Error(err))
 			return 1
 		}
+	}
+	if o.OnlineNewCPUs {
+		on, err := cpuonline.New(cpuonline.Options{SysfsRoot: o.SysfsRoot, Log: log.Named("cpuonline"), Registerer: d.Metrics().Registry})
+		if err != nil {
+			log.Error("cannot start", zap.Error(err))
+			return 1
+		}
+		d.AddUeventHook(on.Event)
+		d.AddTask(on.Run)
+		log.Info("onlining hot-added CPUs", zap.String("sysfs_root", o.SysfsRoot))
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -82,7 +82,7 @@ func TestRunHelp(t *testing.T) {
 		t.Errorf("exit code %d", code)
 	}
 	for _, flag := range []string{"--standalone", "--node-name", "--kubeconfig", "--remedy", "--settle", "--min-memory-delta",
-		"--kubelet-unit", "--kubelet-stop-command", "--dry-run", "--kube-api-qps", "KubeletCapacityStale"} {
+		"--kubelet-unit", "--kubelet-stop-command", "--dry-run", "--kube-api-qps", "KubeletCapacityStale", "--online-new-cpus"} {
 		if !strings.Contains(stderr, flag) {
 			t.Errorf("run --help does not mention %s", flag)
 		}

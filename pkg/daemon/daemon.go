@@ -110,12 +110,21 @@ type Daemon struct {
 
 	hooks []func(Result)
 	tasks []func(context.Context) error
+
+	ueventHooks []func(uevent.Event)
 }
 
 // AddHook has f called after every reconcile, from the reconcile
 // goroutine (it must not block). The node reporter and the remedy are fed
 // this way. Call it before Run.
 func (d *Daemon) AddHook(f func(Result)) { d.hooks = append(d.hooks, f) }
+
+// AddUeventHook has f called with every relevant uevent (see
+// uevent.Event.Relevant), from the uevent reader's goroutine, before the
+// event triggers a reconcile. f must not block: while it runs no uevent is
+// read, and the kernel drops the ones that do not fit in the socket's
+// buffer. Call it before Run.
+func (d *Daemon) AddUeventHook(f func(uevent.Event)) { d.ueventHooks = append(d.ueventHooks, f) }
 
 // AddTask runs f alongside the loop, under the same cancellation, once the
 // first snapshot was taken and the hooks have seen it (the node reporter,
@@ -430,6 +439,9 @@ type ueventHandler struct{ d *Daemon }
 
 func (h ueventHandler) Event(e uevent.Event) {
 	h.d.metrics.Uevents.WithLabelValues(e.Subsystem, string(e.Action)).Inc()
+	for _, f := range h.d.ueventHooks {
+		f(e)
+	}
 	h.d.debouncer.Trigger(debounce.TriggerUevent)
 }
 
