@@ -15,7 +15,7 @@ KUBEBIN_ENV    = HOTPLUGD_KUBEBIN="$$(hack/kubebin.sh)"
 # Flags for `make run`, e.g. make run ARGS="-o json".
 ARGS          ?=
 
-.PHONY: all build test unit compat lint fmt bench run snapshot clean kubebin
+.PHONY: all build test unit compat e2e lint fmt bench run snapshot clean kubebin
 
 all: build
 
@@ -32,8 +32,14 @@ snapshot: build
 	./bin/hotplugd snapshot $(ARGS)
 
 ## test: everything CI runs: lint, unit and privileged integration tests (against a real
-## kube-apiserver and etcd), the kubelet/cAdvisor oracle tests
-test: lint unit compat
+## kube-apiserver and etcd), the kubelet/cAdvisor oracle tests, the end-to-end tests
+test: lint unit compat e2e
+
+## e2e: end to end, as root, one package at a time (timings): hotplug in a nested QEMU VM (assets fetched once by
+## hack/vm-assets.sh) and a real kubelet with containerd on this machine
+e2e: kubebin
+	@hack/vm-assets.sh >/dev/null
+	$(KUBEBIN_ENV) HOTPLUGD_VM_ASSETS="$$(hack/vm-assets.sh)" $(GO) test -tags e2e -count=1 -p 1 -v -timeout 45m ./test/e2e/...
 
 ## kubebin: build (once) the kube-apiserver, kubelet and etcd the tests run; prints where
 kubebin:
@@ -49,8 +55,8 @@ compat:
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(STATICCHECK) ./...
+	$(GO) vet -tags e2e ./...
+	$(STATICCHECK) -tags e2e ./...
 	cd $(COMPAT) && $(GO) vet ./... && $(STATICCHECK) ./...
 
 $(STATICCHECK):

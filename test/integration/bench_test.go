@@ -12,6 +12,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/hotplugd/hotplugd/internal/daemontest"
 	"github.com/hotplugd/hotplugd/internal/machinetest"
 )
 
@@ -35,7 +36,7 @@ func BenchmarkDetectionLatency(b *testing.B) {
 			if !online {
 				old, new, value = "1", "2", "1"
 			}
-			mark := p.mark()
+			mark := p.Mark()
 			begin := time.Now()
 			if err := writeFile("/sys/devices/system/cpu/cpu1/online", value); err != nil {
 				b.Fatal(err)
@@ -43,7 +44,7 @@ func BenchmarkDetectionLatency(b *testing.B) {
 			start := time.Now()
 			writes = append(writes, start.Sub(begin))
 			online = !online
-			e, ok := p.waitForFrom(mark, quiet+5*time.Second, isChange("cpu", old, new))
+			e, ok := p.WaitForFrom(mark, quiet+5*time.Second, isChange("cpu", old, new))
 			if !ok {
 				b.Fatalf("toggle %d: no change %s -> %s", i, old, new)
 			}
@@ -68,17 +69,17 @@ func BenchmarkDetectionLatency(b *testing.B) {
 func BenchmarkBurstReconciles(b *testing.B) {
 	machinetest.Acquire(b)
 	p := startDaemon(b, "--resync", "0")
-	files := memoryBlocks(b)
+	files := daemontest.MemoryBlocks(b)
 	var bursts, reconciles, received, writeTime float64
 	for b.Loop() {
-		before := p.metric(`hotplugd_reconciles_total{trigger="uevent"}`)
-		events := p.metric(`hotplugd_uevents_total{action="online",subsystem="memory"}`)
+		before := p.Metric(`hotplugd_reconciles_total{trigger="uevent"}`)
+		events := p.Metric(`hotplugd_uevents_total{action="online",subsystem="memory"}`)
 		start := time.Now()
-		burst(b, files, 10000)
+		daemontest.SyntheticUevents(b, files, 10000)
 		writeTime += time.Since(start).Seconds()
 		time.Sleep(quiet + time.Second)
-		reconciles += p.metric(`hotplugd_reconciles_total{trigger="uevent"}`) - before
-		received += p.metric(`hotplugd_uevents_total{action="online",subsystem="memory"}`) - events
+		reconciles += p.Metric(`hotplugd_reconciles_total{trigger="uevent"}`) - before
+		received += p.Metric(`hotplugd_uevents_total{action="online",subsystem="memory"}`) - events
 		bursts++
 	}
 	b.ReportMetric(reconciles/bursts, "reconciles/burst")
@@ -97,7 +98,7 @@ func BenchmarkIdle(b *testing.B) {
 	machinetest.Acquire(b) // nothing else may change the machine meanwhile
 	for b.Loop() {
 		p := startDaemon(b, "--resync", "1m")
-		pid := p.cmd.Process.Pid
+		pid := p.Cmd.Process.Pid
 		time.Sleep(5 * time.Second) // start-up done
 		r0, w0 := procReads(b, pid), procSwitches(b, pid)
 		time.Sleep(54 * time.Second) // up to just before the resync at 60 s
@@ -107,7 +108,7 @@ func BenchmarkIdle(b *testing.B) {
 		b.ReportMetric(float64(procCPUNanos(b, pid))/1e6, "cpu-ms-total-schedstat")
 		b.ReportMetric(float64(r1-r0), "reads-between-resyncs")
 		b.ReportMetric(float64(w1-w0)/54, "wakeups/s")
-		p.stop()
+		p.Stop()
 	}
 }
 
@@ -192,23 +193,19 @@ func procField(b *testing.B, path, key string) int64 {
 func BenchmarkNodeAPIRequests(b *testing.B) {
 	m := machinetest.Acquire(b)
 	m.SetCPUOnline(b, 1, true)
-	srv := sharedAPIServer(b)
-	c := srv.Client()
-	cfg := kubeletConfig(b)
-	capacity, allocatable := machineStatus(b, cfg)
-	node := createNode(b, c, "bench", capacity, allocatable)
-	p := startClusterDaemon(b, "--node-name", node, "--kubeconfig", kubeconfigFor(b, srv), "--kubelet-config", cfg)
+	c, cfg, node, kc := matchingNode(b, sharedAPIServer(b), "bench")
+	p := startClusterDaemon(b, "--node-name", node, "--kubeconfig", kc, "--kubelet-config", cfg)
 	waitCondition(b, c, node, v1.ConditionFalse, 5*time.Second)
 	time.Sleep(time.Second)
 
 	var idle, changes, writes, requests float64
 	for b.Loop() {
-		before := p.requests()
+		before := p.Requests()
 		time.Sleep(10 * time.Second)
-		idle = p.requests().total() - before.total()
+		idle = p.Requests().Total() - before.Total()
 
 		for _, online := range []bool{false, true} {
-			before := p.requests()
+			before := p.Requests()
 			m.SetCPUOnline(b, 1, online)
 			status := v1.ConditionTrue
 			if online {
@@ -216,10 +213,10 @@ func BenchmarkNodeAPIRequests(b *testing.B) {
 			}
 			waitCondition(b, c, node, status, 10*time.Second)
 			time.Sleep(2 * time.Second) // the Event is sent asynchronously
-			after := p.requests()
+			after := p.Requests()
 			changes++
-			writes += after.writes() - before.writes()
-			requests += after.total() - before.total()
+			writes += after.Writes() - before.Writes()
+			requests += after.Total() - before.Total()
 		}
 	}
 	if idle != 0 {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/hotplugd/hotplugd/internal/daemontest"
 	"github.com/hotplugd/hotplugd/internal/kubeapitest"
 	"github.com/hotplugd/hotplugd/internal/machinetest"
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
@@ -248,7 +249,7 @@ func TestIntegrationNodeReport(t *testing.T) {
 		"--kubelet-root-dir", t.TempDir(), "--resync", "0"}
 
 	d := startClusterDaemon(t, args...)
-	first := d.waitFor(10*time.Second, func(e logEntry) bool { return e.Msg == "topology" }).Time
+	first := d.WaitFor(10*time.Second, func(e logEntry) bool { return e.Msg == "topology" }).Time
 	cond, n, seen := waitCondition(t, c, node, v1.ConditionTrue, 10*time.Second)
 	t.Logf("condition True %v after the first reconcile", seen.Sub(first).Round(time.Millisecond))
 	if seen.Sub(first) > 2*time.Second {
@@ -278,13 +279,13 @@ func TestIntegrationNodeReport(t *testing.T) {
 	// A daemon restart while the drift lasts: same transition time, no
 	// second Event, nothing written.
 	trueSince := cond.LastTransitionTime
-	d.stop()
+	d.Stop()
 	d = startClusterDaemon(t, args...)
 	time.Sleep(2 * time.Second)
 	if cond, _ := condition(t, c, node); cond.Status != v1.ConditionTrue || !cond.LastTransitionTime.Equal(&trueSince) {
 		t.Errorf("after a daemon restart: %+v, want True since %v", cond, trueSince)
 	}
-	if w := d.metric(`hotplugd_node_writes_total{what="status"}`) + d.metric(`hotplugd_node_writes_total{what="event"}`); w != 0 {
+	if w := d.Metric(`hotplugd_node_writes_total{what="status"}`) + d.Metric(`hotplugd_node_writes_total{what="event"}`); w != 0 {
 		t.Errorf("the restarted daemon wrote %v times, want 0", w)
 	}
 	waitEvents(t, c, node, nodepatch.ReasonCapacityDrift, 1, 0)
@@ -303,13 +304,13 @@ func TestIntegrationNodeReport(t *testing.T) {
 
 	// Restarted again: the False transition time is kept too.
 	falseSince := cond.LastTransitionTime
-	d.stop()
+	d.Stop()
 	d = startClusterDaemon(t, args...)
 	time.Sleep(2 * time.Second)
 	if cond, _ := condition(t, c, node); cond.Status != v1.ConditionFalse || !cond.LastTransitionTime.Equal(&falseSince) {
 		t.Errorf("after a daemon restart: %+v, want False since %v", cond, falseSince)
 	}
-	if w := d.metric(`hotplugd_node_writes_total{what="status"}`); w != 0 {
+	if w := d.Metric(`hotplugd_node_writes_total{what="status"}`); w != 0 {
 		t.Errorf("the restarted daemon wrote the status %v times, want 0", w)
 	}
 }
@@ -327,7 +328,7 @@ func TestIntegrationMemoryNoise(t *testing.T) {
 	stale[v1.ResourceMemory] = mem
 	node := createNode(t, c, "noise", stale, allocatable)
 	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kubeconfigFor(t, srv), "--kubelet-config", cfg)
-	d.waitFor(5*time.Second, func(e logEntry) bool { return strings.Contains(e.Msg, "less than --min-memory-delta") })
+	d.WaitFor(5*time.Second, func(e logEntry) bool { return strings.Contains(e.Msg, "less than --min-memory-delta") })
 	cond, _, _ := waitCondition(t, c, node, v1.ConditionFalse, 5*time.Second)
 	if cond.Reason != nodepatch.ReasonCapacityCurrent {
 		t.Errorf("condition %+v", cond)
@@ -441,6 +442,21 @@ func (r *fakeKubeletRig) sequence() string {
 	return strings.Join(parts, ",")
 }
 
+// matchingNode registers a Node that reports this machine as a kubelet
+// with kubeletConfig does, and returns the client, that configuration, the
+// Node's name and a kubeconfig for hotplugd. The tests that use it take cpu1
+// offline: it skips unless cpu1 is online.
+func matchingNode(t testing.TB, srv *kubeapitest.Server, prefix string) (c kubernetes.Interface, cfg, node, kubeconfig string) {
+	t.Helper()
+	c = srv.Client()
+	cfg = kubeletConfig(t)
+	capacity, allocatable := machineStatus(t, cfg)
+	if capacity.Cpu().Value() < 2 {
+		t.Skip("SKIPPED: needs cpu1 online to start with")
+	}
+	return c, cfg, createNode(t, c, prefix, capacity, allocatable), kubeconfigFor(t, srv)
+}
+
 // TestIntegrationRemedy: hotplugd with --remedy=restart-kubelet and a fake
 // kubelet control, on this machine's cpu1: exactly one restart per settled
 // change and none while a burst is arriving; a restart after which the Node
@@ -449,14 +465,7 @@ func (r *fakeKubeletRig) sequence() string {
 func TestIntegrationRemedy(t *testing.T) {
 	m := machinetest.Acquire(t)
 	srv := sharedAPIServer(t)
-	c := srv.Client()
-	cfg := kubeletConfig(t)
-	capacity, allocatable := machineStatus(t, cfg)
-	if capacity.Cpu().Value() < 2 {
-		t.Skip("SKIPPED: needs cpu1 online to start with")
-	}
-	node := createNode(t, c, "remedy", capacity, allocatable)
-	kc := kubeconfigFor(t, srv)
+	c, cfg, node, kc := matchingNode(t, srv, "remedy")
 	k := newFakeKubelet(t, kc, node, cfg)
 	const settle, interval = time.Second, 8 * time.Second
 	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kc, "--kubelet-config", cfg, "--kubelet-root-dir", t.TempDir(),
@@ -465,7 +474,7 @@ func TestIntegrationRemedy(t *testing.T) {
 	waitCondition(t, c, node, v1.ConditionFalse, 5*time.Second)
 
 	// 1. cpu1 goes offline in the middle of a 3 s burst of memory uevents.
-	files := memoryBlocks(t)
+	files := daemontest.MemoryBlocks(t)
 	burstStart := time.Now()
 	burstDone := make(chan time.Time)
 	go func() {
@@ -482,7 +491,7 @@ func TestIntegrationRemedy(t *testing.T) {
 	time.Sleep(time.Second)
 	m.SetCPUOnline(t, 1, false)
 	burstEnd := <-burstDone
-	d.waitFor(15*time.Second, func(e logEntry) bool { return e.Msg == "remedy done" && e.str("outcome") == "remediated" })
+	d.WaitFor(15*time.Second, func(e logEntry) bool { return e.Msg == "remedy done" && e.Str("outcome") == "remediated" })
 	calls := k.calls()
 	if k.sequence() != "stop,start" {
 		t.Fatalf("kubelet calls %q, want one restart (stop,start)", k.sequence())
@@ -501,7 +510,7 @@ func TestIntegrationRemedy(t *testing.T) {
 	// restart is rolled back and reported.
 	k.setBroken(true)
 	m.SetCPUOnline(t, 1, true)
-	failed := d.waitFor(interval+15*time.Second, func(e logEntry) bool { return e.Msg == "remedy failed" })
+	failed := d.WaitFor(interval+15*time.Second, func(e logEntry) bool { return e.Msg == "remedy failed" })
 	if got := k.sequence(); got != "stop,start,stop,start,stop,start" {
 		t.Errorf("kubelet calls %q, want the restart and its rollback", got)
 	}
@@ -518,9 +527,10 @@ func TestIntegrationRemedy(t *testing.T) {
 	if got := len(k.calls()); got != 6 {
 		t.Errorf("%d kubelet calls within the rate limit interval, want 6", got)
 	}
-	d.waitFor(interval+10*time.Second, func(e logEntry) bool {
-		return e.Msg == "remedy done" && e.str("outcome") == "remediated" && e.Time.After(failed.Time)
+	d.WaitFor(interval+10*time.Second, func(e logEntry) bool {
+		return e.Msg == "remedy done" && e.Str("outcome") == "remediated" && e.Time.After(failed.Time)
 	})
+
 	calls = k.calls()
 	if len(calls) != 8 {
 		t.Fatalf("kubelet calls %q", k.sequence())
@@ -537,24 +547,19 @@ func TestIntegrationRemedy(t *testing.T) {
 func TestIntegrationAPIServerOutage(t *testing.T) {
 	m := machinetest.Acquire(t)
 	srv := ownAPIServer(t)
-	c := srv.Client()
-	cfg := kubeletConfig(t)
-	capacity, allocatable := machineStatus(t, cfg)
-	if capacity.Cpu().Value() < 2 {
-		t.Skip("SKIPPED: needs cpu1 online to start with")
-	}
-	node := createNode(t, c, "outage", capacity, allocatable)
-	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kubeconfigFor(t, srv), "--kubelet-config", cfg)
+	c, cfg, node, kc := matchingNode(t, srv, "outage")
+	capacity, _ := machineStatus(t, cfg)
+	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kc, "--kubelet-config", cfg)
 	waitCondition(t, c, node, v1.ConditionFalse, 5*time.Second)
 
 	if err := srv.StopAPIServer(); err != nil {
 		t.Fatal(err)
 	}
 	m.SetCPUOnline(t, 1, false)
-	d.waitFor(5*time.Second, isChange("cpu", capacity.Cpu().String(), "1"))
+	d.WaitFor(5*time.Second, isChange("cpu", capacity.Cpu().String(), "1"))
 	for i := 0; i < 60; i++ {
 		time.Sleep(time.Second)
-		if code := d.healthz(); code != 200 {
+		if code := d.Healthz(); code != 200 {
 			t.Fatalf("healthz %d during the outage", code)
 		}
 	}
@@ -567,7 +572,7 @@ func TestIntegrationAPIServerOutage(t *testing.T) {
 	if seen.Sub(back) > 5*time.Second {
 		t.Errorf("converged %v after the API server came back, want within 5s", seen.Sub(back))
 	}
-	if d.metric("hotplugd_node_write_errors_total") == 0 {
+	if d.Metric("hotplugd_node_write_errors_total") == 0 {
 		t.Error("no failed write counted during the outage")
 	}
 }
@@ -584,15 +589,15 @@ func TestIntegrationDryRun(t *testing.T) {
 	node := createNode(t, c, "dryrun", withCPU(capacity, "64"), allocatable)
 	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kubeconfigFor(t, srv), "--kubelet-config", cfg, "--dry-run",
 		"--remedy", "restart-kubelet", "--settle", "0s", "--kubelet-stop-command", "false", "--kubelet-start-command", "false")
-	d.waitFor(5*time.Second, func(e logEntry) bool { return e.Msg == "dry run: would patch the node" })
-	d.waitFor(5*time.Second, func(e logEntry) bool { return e.Msg == "dry run: would restart the kubelet" })
+	d.WaitFor(5*time.Second, func(e logEntry) bool { return e.Msg == "dry run: would patch the node" })
+	d.WaitFor(5*time.Second, func(e logEntry) bool { return e.Msg == "dry run: would restart the kubelet" })
 	if cond, n := condition(t, c, node); cond != nil || n.Annotations[nodepatch.AnnotationCapacity] != "" {
 		t.Errorf("dry run wrote the node: %+v %v", cond, n.Annotations)
 	}
 	if ev := events(t, c, node, nodepatch.ReasonCapacityDrift); len(ev) != 0 {
 		t.Errorf("dry run sent events: %+v", ev)
 	}
-	if w := d.metric(`hotplugd_api_requests_total{verb="patch",code="200"}`); w != 0 {
+	if w := d.Metric(`hotplugd_api_requests_total{verb="patch",code="200"}`); w != 0 {
 		t.Errorf("%v patches in a dry run", w)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/hotplugd/hotplugd/internal/daemontest"
 	"github.com/hotplugd/hotplugd/internal/machinetest"
 )
 
@@ -19,37 +20,37 @@ const quiet = 500 * time.Millisecond // the daemon's default --quiet-window
 func TestIntegrationCPUOfflineOnline(t *testing.T) {
 	m := machinetest.Acquire(t)
 	p := startDaemon(t)
-	if p.metric("hotplugd_capacity{resource=\"cpu\"}") != 2 {
+	if p.Metric("hotplugd_capacity{resource=\"cpu\"}") != 2 {
 		t.Skip("this test needs a machine with exactly 2 CPUs online (cpu0, cpu1)")
 	}
 
-	mark := p.mark()
+	mark := p.Mark()
 	m.SetCPUOnline(t, 1, false)
-	p.waitFor(quiet+5*time.Second, isChange("cpu", "2", "1"))
+	p.WaitFor(quiet+5*time.Second, isChange("cpu", "2", "1"))
 	time.Sleep(quiet + 200*time.Millisecond) // anything else the kernel sends must not be a change
-	if diff := cmp.Diff([]string{"cpu: 2 -> 1"}, capacityChanges(p.since(mark))); diff != "" {
+	if diff := cmp.Diff([]string{"cpu: 2 -> 1"}, capacityChanges(p.Since(mark))); diff != "" {
 		t.Errorf("capacity changes logged (-want +got):\n%s", diff)
 	}
-	if got := p.metric("hotplugd_topology_changes_total"); got != 1 {
+	if got := p.Metric("hotplugd_topology_changes_total"); got != 1 {
 		t.Errorf("hotplugd_topology_changes_total = %v, want 1", got)
 	}
-	if got := p.metric("hotplugd_capacity{resource=\"cpu\"}"); got != 1 {
+	if got := p.Metric("hotplugd_capacity{resource=\"cpu\"}"); got != 1 {
 		t.Errorf("capacity gauge = %v, want 1", got)
 	}
-	if got := p.metric(`hotplugd_uevents_total{action="offline",subsystem="cpu"}`); got != 1 {
+	if got := p.Metric(`hotplugd_uevents_total{action="offline",subsystem="cpu"}`); got != 1 {
 		t.Errorf("cpu offline uevents = %v, want 1", got)
 	}
 
-	mark = p.mark()
+	mark = p.Mark()
 	if err := writeFile("/sys/devices/system/cpu/cpu1/online", "1"); err != nil {
 		t.Fatal(err)
 	}
-	p.waitFor(quiet+5*time.Second, isChange("cpu", "1", "2"))
+	p.WaitFor(quiet+5*time.Second, isChange("cpu", "1", "2"))
 	time.Sleep(quiet + 200*time.Millisecond)
-	if diff := cmp.Diff([]string{"cpu: 1 -> 2"}, capacityChanges(p.since(mark))); diff != "" {
+	if diff := cmp.Diff([]string{"cpu: 1 -> 2"}, capacityChanges(p.Since(mark))); diff != "" {
 		t.Errorf("capacity changes logged (-want +got):\n%s", diff)
 	}
-	if got := p.metric("hotplugd_topology_changes_total"); got != 2 {
+	if got := p.Metric("hotplugd_topology_changes_total"); got != 2 {
 		t.Errorf("hotplugd_topology_changes_total = %v, want 2", got)
 	}
 }
@@ -70,12 +71,12 @@ func TestIntegrationHugePages(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			pages := uint64(4 * (i + 1))
 			want := map[uint64]string{4: "8Mi", 8: "16Mi", 12: "24Mi"}[pages]
-			mark := p.mark()
+			mark := p.Mark()
 			start := time.Now()
 			m.SetHugePages(t, tt.file, pages)
-			e, ok := p.waitForFrom(mark, quiet+5*time.Second, isChange("hugepages-2Mi", "0", want))
+			e, ok := p.WaitForFrom(mark, quiet+5*time.Second, isChange("hugepages-2Mi", "0", want))
 			if !ok {
-				t.Fatalf("no change hugepages-2Mi 0 -> %s; log:\n%s", want, p.dump())
+				t.Fatalf("no change hugepages-2Mi 0 -> %s; log:\n%s", want, p.Dump())
 			}
 			if took := e.Time.Sub(start); took > quiet+50*time.Millisecond {
 				t.Errorf("change seen %v after the write, want at most %v", took, quiet+50*time.Millisecond)
@@ -83,17 +84,17 @@ func TestIntegrationHugePages(t *testing.T) {
 				t.Logf("change seen %v after the write", took)
 			}
 			time.Sleep(quiet + 100*time.Millisecond)
-			if diff := cmp.Diff([]string{"hugepages-2Mi: 0 -> " + want}, capacityChanges(p.since(mark))); diff != "" {
+			if diff := cmp.Diff([]string{"hugepages-2Mi: 0 -> " + want}, capacityChanges(p.Since(mark))); diff != "" {
 				t.Errorf("capacity changes logged (-want +got):\n%s", diff)
 			}
 		})
 		// The subtest restored the count: wait for that change too, so the
 		// next subtest starts from 0.
-		restored := p.mark()
-		if _, ok := p.waitForFrom(restored, quiet+5*time.Second, func(e logEntry) bool {
-			return strings.HasPrefix(e.Msg, "topology changed") && e.str("resource") == "hugepages-2Mi" && e.str("new") == "0"
+		restored := p.Mark()
+		if _, ok := p.WaitForFrom(restored, quiet+5*time.Second, func(e logEntry) bool {
+			return strings.HasPrefix(e.Msg, "topology changed") && e.Str("resource") == "hugepages-2Mi" && e.Str("new") == "0"
 		}); !ok {
-			t.Fatalf("the restore of %s was not seen; log:\n%s", tt.file, p.dump())
+			t.Fatalf("the restore of %s was not seen; log:\n%s", tt.file, p.Dump())
 		}
 	}
 }
@@ -104,25 +105,25 @@ func TestIntegrationHugePages(t *testing.T) {
 func TestIntegrationBurst(t *testing.T) {
 	machinetest.Acquire(t)
 	p := startDaemon(t)
-	files := memoryBlocks(t)
-	before := p.metric(`hotplugd_reconciles_total{trigger="uevent"}`)
-	changes := p.metric("hotplugd_topology_changes_total")
-	events := p.metric(`hotplugd_uevents_total{action="online",subsystem="memory"}`)
+	files := daemontest.MemoryBlocks(t)
+	before := p.Metric(`hotplugd_reconciles_total{trigger="uevent"}`)
+	changes := p.Metric("hotplugd_topology_changes_total")
+	events := p.Metric(`hotplugd_uevents_total{action="online",subsystem="memory"}`)
 
 	start := time.Now()
-	burst(t, files, 9600)
+	daemontest.SyntheticUevents(t, files, 9600)
 	t.Logf("9600 uevents written in %v", time.Since(start))
 	time.Sleep(quiet + time.Second)
 
-	reconciles := p.metric(`hotplugd_reconciles_total{trigger="uevent"}`) - before
+	reconciles := p.Metric(`hotplugd_reconciles_total{trigger="uevent"}`) - before
 	if reconciles < 1 || reconciles > 2 {
 		t.Errorf("reconciles for the burst = %v, want 1 (2 at most)", reconciles)
 	}
-	if got := p.metric("hotplugd_topology_changes_total") - changes; got != 0 {
+	if got := p.Metric("hotplugd_topology_changes_total") - changes; got != 0 {
 		t.Errorf("changes = %v, want 0", got)
 	}
-	got := p.metric(`hotplugd_uevents_total{action="online",subsystem="memory"}`) - events
-	overflows := p.metric("hotplugd_uevent_overflows_total")
+	got := p.Metric(`hotplugd_uevents_total{action="online",subsystem="memory"}`) - events
+	overflows := p.Metric("hotplugd_uevent_overflows_total")
 	t.Logf("memory online uevents received: %v of 9600, overflows %v, reconciles %v", got, overflows, reconciles)
 	if got != 9600 && overflows == 0 {
 		t.Errorf("received %v of 9600 uevents without an overflow being counted", got)
@@ -135,41 +136,41 @@ func TestIntegrationBurst(t *testing.T) {
 func TestIntegrationStalledReader(t *testing.T) {
 	m := machinetest.Acquire(t)
 	p := startDaemon(t)
-	files := memoryBlocks(t)
+	files := daemontest.MemoryBlocks(t)
 
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	stopped := true
 	t.Cleanup(func() {
 		if stopped {
-			p.cmd.Process.Signal(syscall.SIGCONT)
+			p.Cmd.Process.Signal(syscall.SIGCONT)
 		}
 	})
-	mark := p.mark()
-	burst(t, files, 20000)
+	mark := p.Mark()
+	daemontest.SyntheticUevents(t, files, 20000)
 	m.SetCPUOnline(t, 1, false)
-	burst(t, files, 2000)
-	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	daemontest.SyntheticUevents(t, files, 2000)
+	if err := p.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	stopped = false
 
-	if _, ok := p.waitForFrom(mark, 10*time.Second, isChange("cpu", "2", "1")); !ok {
-		t.Fatalf("the CPU change was not found after the stall; log:\n%s", p.dump())
+	if _, ok := p.WaitForFrom(mark, 10*time.Second, isChange("cpu", "2", "1")); !ok {
+		t.Fatalf("the CPU change was not found after the stall; log:\n%s", p.Dump())
 	}
 	t.Logf("overflows counted: %v, cpu offline uevents received: %v",
-		p.metric("hotplugd_uevent_overflows_total"), p.metric(`hotplugd_uevents_total{action="offline",subsystem="cpu"}`))
-	if code := p.healthz(); code != http.StatusOK {
+		p.Metric("hotplugd_uevent_overflows_total"), p.Metric(`hotplugd_uevents_total{action="offline",subsystem="cpu"}`))
+	if code := p.Healthz(); code != http.StatusOK {
 		t.Errorf("/healthz = %d after the stall", code)
 	}
 	// Alive: the next change is found as usual.
-	mark = p.mark()
+	mark = p.Mark()
 	if err := writeFile("/sys/devices/system/cpu/cpu1/online", "1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := p.waitForFrom(mark, quiet+5*time.Second, isChange("cpu", "1", "2")); !ok {
-		t.Fatalf("the loop is not alive after the stall; log:\n%s", p.dump())
+	if _, ok := p.WaitForFrom(mark, quiet+5*time.Second, isChange("cpu", "1", "2")); !ok {
+		t.Fatalf("the loop is not alive after the stall; log:\n%s", p.Dump())
 	}
 }
 
@@ -180,7 +181,7 @@ func TestIntegrationUnprivileged(t *testing.T) {
 	m := machinetest.Acquire(t)
 	p := startDaemonAs(t, &syscall.Credential{Uid: 65534, Gid: 65534})
 	m.SetCPUOnline(t, 1, false)
-	p.waitFor(quiet+5*time.Second, isChange("cpu", "2", "1"))
+	p.WaitFor(quiet+5*time.Second, isChange("cpu", "2", "1"))
 	m.SetHugePages(t, "/proc/sys/vm/nr_hugepages", 2)
-	p.waitFor(quiet+5*time.Second, isChange("hugepages-2Mi", "0", "4Mi"))
+	p.WaitFor(quiet+5*time.Second, isChange("hugepages-2Mi", "0", "4Mi"))
 }

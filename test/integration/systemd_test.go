@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotplugd/hotplugd/internal/daemontest"
 	"github.com/hotplugd/hotplugd/internal/machinetest"
 	"github.com/hotplugd/hotplugd/test/systemd"
 )
@@ -54,8 +55,8 @@ func TestIntegrationJournaldAndNotify(t *testing.T) {
 	if err := syscall.Fstat(int(stderr.Fd()), &st); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binary, "run", "--standalone", "--metrics-addr", freeAddr(t))
-	cmd.Env = append(filteredEnv(),
+	cmd := exec.Command(binary, "run", "--standalone", "--metrics-addr", daemontest.FreeAddr(t))
+	cmd.Env = append(daemontest.Env(),
 		"JOURNAL_STREAM="+strconv.FormatUint(st.Dev, 10)+":"+strconv.FormatUint(st.Ino, 10),
 		"NOTIFY_SOCKET="+notifyPath,
 		"WATCHDOG_USEC=200000")

@@ -1,0 +1,65 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// TestBootPreflight is scenario 3, the boot story: the machine comes back
+// with one CPU less while its kubelet (static CPU manager) is down. Started
+// alone, the kubelet exits at once; started through `hotplugd preflight`,
+// as the systemd drop-in's ExecStartPre does, it starts and its Node shows
+// 1 CPU.
+func TestBootPreflight(t *testing.T) {
+	s := setup(t)
+	m := acquireMachine(t)
+	k := startStaticKubelet(t, s)
+	k.Stop(t)
+	m.SetCPUOnline(t, 1, false)
+	const change = "kubelet down, cpu1 offlined, kubelet started"
+
+	t.Run("kubelet alone", func(t *testing.T) {
+		t0 := time.Now()
+		k.startRefused(t)
+		results.add(result{scenario: "3 boot (preflight)", side: "kubelet alone", change: change,
+			correct: "never: the kubelet exits at start (" + unquoted(cpuMismatch) + ")", restarts: k.startsSince(t0), writes: -1})
+	})
+
+	t.Run("preflight", func(t *testing.T) {
+		// As deploy/systemd/kubelet.service.d/10-hotplugd-preflight.conf:
+		// the kubelet starts only when the preflight succeeded.
+		script := shellQuote(s.hotplugd) + " preflight --kubelet-root-dir " + shellQuote(k.RootDir) +
+			" --kubelet-config " + shellQuote(k.Config) + " && " + shellQuote(k.StartScript)
+		t0 := time.Now()
+		out, err := exec.Command("/bin/sh", "-c", script).CombinedOutput()
+		started := time.Since(t0)
+		if err != nil {
+			t.Fatalf("preflight, then start: %v\n%s", err, out)
+		}
+		t.Logf("hotplugd preflight and the start script took %v:\n%s", started.Round(time.Millisecond), out)
+		took, n, ok := waitNode(t, s, t0, time.Minute, cpuIs("1"))
+		if !ok {
+			t.Fatalf("the Node is not correct 1 min after the start: capacity %v allocatable %v; end of the kubelet's log:\n%s",
+				n.Status.Capacity, n.Status.Allocatable, k.logTail(3000))
+		}
+		t.Logf("start -> Node correct: %v", took.Round(time.Millisecond))
+		if got := defaultCPUSet(t, k); got != "0" {
+			t.Errorf("cpu_manager_state defaultCpuSet %q after the preflight, want 0", got)
+		}
+		// It keeps running (a kubelet refusing its state exits within 1 s).
+		if n, held := holdNode(t, s, 3*time.Second, cpuIs("1")); !held {
+			t.Errorf("the Node changed: capacity %v", n.Status.Capacity)
+		}
+		if _, alive := k.pid(); !alive || !k.healthy() {
+			t.Errorf("the kubelet started through the preflight is not running; end of its log:\n%s", k.logTail(3000))
+		}
+		if took > 5*time.Second {
+			t.Errorf("start -> Node correct took %v, want at most 5 s", took)
+		}
+		results.add(result{scenario: "3 boot (preflight)", side: "hotplugd preflight", change: change, correct: seconds(took) + " from the start",
+			restarts: k.startsSince(t0), writes: 0, note: "preflight + start script " + seconds(started) + "; state rebuilt to defaultCpuSet 0"})
+	})
+}

@@ -1,0 +1,33 @@
+//go:build e2e
+
+// Package e2e reproduces the incidents hotplugd exists for, end to end, on
+// this machine: a real kubelet (v1.36.3, hack/kubebin.sh) on Debian's
+// containerd, registered with a real kube-apiserver and etcd
+// (internal/kubeapitest), and hotplugd as a separate process restarting
+// that kubelet with the same shell scripts an operator would give it
+// (--kubelet-stop-command, --kubelet-start-command).
+//
+// Each scenario asserts both sides: the kubelet alone keeps reporting what
+// the machine had when it started (or refuses to start), and with hotplugd
+// the Node is correct; it measures the time from the change to the Node
+// being correct, the kubelet restarts and hotplugd's API writes, and the
+// run ends with a table of them.
+//
+// The files build only with the e2e tag (make e2e):
+//
+//	go test -tags e2e -count=1 -v -timeout 45m ./test/e2e/
+//
+// They run as root and skip, saying why, without root, containerd and runc
+// (Debian packages containerd and runc) or the kube binaries.
+//
+// What it changes on the host, and restores also on failure, SIGINT,
+// SIGTERM and shortly before go test's -timeout: cpu1's online state and
+// hugepage counts (internal/machinetest, whose lock is held while a kubelet
+// runs, so no other machine-changing test runs meanwhile); what a kubelet
+// changes (the sysctls vm.overcommit_memory, kernel.panic and
+// kernel.panic_on_oops, kubepods cgroups in every hierarchy, the bind
+// mount of its root directory, /var/lib/kubelet/device-plugins/kubelet.sock
+// and /var/log/containers); everything else the kubelet and containerd
+// write is under a temporary directory. Every process it starts is stopped
+// by its PID.
+package e2e

@@ -1,0 +1,133 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/hotplugd/hotplugd/internal/daemontest"
+	"github.com/hotplugd/hotplugd/pkg/nodepatch"
+)
+
+// The daemon's defaults, which the scenarios keep.
+const (
+	quietWindow = 500 * time.Millisecond
+	settle      = 3 * time.Second
+)
+
+// startHotplugd runs `hotplugd run --remedy=restart-kubelet` for k's Node,
+// with k's configuration, root directory and scripts, the default quiet
+// window and settle time, and extra flags; it waits until the daemon has
+// found the Node current (condition False). It is stopped when t ends.
+func startHotplugd(t *testing.T, s *suite, k *kubelet, extra ...string) *daemontest.Daemon {
+	t.Helper()
+	args := append([]string{
+		"--node-name", nodeName, "--kubeconfig", s.kubeconfig,
+		"--kubelet-config", k.Config, "--kubelet-root-dir", k.RootDir,
+		"--remedy", "restart-kubelet",
+		"--kubelet-stop-command", k.StopScript, "--kubelet-start-command", k.StartScript,
+	}, extra...)
+	d := daemontest.Start(t, s.hotplugd, nil, args...)
+	// Cut short, the run kills it before it stops the kubelet (it would
+	// start it again); its own t.Cleanup stops it otherwise.
+	emergency.pushAbortOnly(t, "kill hotplugd", func() { d.Cmd.Process.Kill() })
+	if _, n, ok := waitNode(t, s, time.Now(), 10*time.Second, conditionIs(v1.ConditionFalse)); !ok {
+		t.Fatalf("hotplugd did not find the Node current within 10s: condition %+v; log:\n%s", staleCondition(n), d.Dump())
+	}
+	return d
+}
+
+// remedyDone waits for the daemon's next successful remedy after mark and
+// returns how long it took (stop, repair, start, healthz, Node verified).
+func remedyDone(t *testing.T, d *daemontest.Daemon, mark int, timeout time.Duration) time.Duration {
+	t.Helper()
+	e, ok := d.WaitForFrom(mark, timeout, func(e daemontest.Entry) bool {
+		return e.Msg == "remedy done" || e.Msg == "remedy failed"
+	})
+	if !ok {
+		t.Fatalf("no remedy within %v; log:\n%s", timeout, d.Dump())
+	}
+	if e.Msg != "remedy done" || e.Str("outcome") != "remediated" {
+		t.Fatalf("remedy: %s", e.RawLine)
+	}
+	// zap's production encoder writes durations as seconds.
+	secs, ok := e.Fields["took"].(float64)
+	if !ok {
+		t.Fatalf("remedy done without a duration: %s", e.RawLine)
+	}
+	took := time.Duration(secs * float64(time.Second))
+	return took
+}
+
+// timeline reads the scripts' calls after the change at t0: "stop +3.61 s,
+// start +3.75 s".
+func timeline(k *kubelet, t0 time.Time) string {
+	var parts []string
+	for _, c := range k.callsSince(t0) {
+		parts = append(parts, fmt.Sprintf("%s +%.2f s", c.what, c.at.Sub(t0).Seconds()))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// checkRemedy checks what every remedy must leave: within the time
+// bound, one kubelet start since t0 (the scripts and the daemon agree), the
+// condition False again and the Remediated Event; total is the daemon's
+// restarts so far.
+func checkRemedy(t *testing.T, s *suite, d *daemontest.Daemon, k *kubelet, t0 time.Time, took, restart time.Duration, total float64) {
+	t.Helper()
+	if limit := quietWindow + settle + restart + 5*time.Second; took > limit {
+		t.Errorf("change -> Node correct took %v, want at most quiet window + settle + restart + 5 s = %v", took, limit)
+	}
+	if starts := k.startsSince(t0); starts != 1 {
+		t.Errorf("%d kubelet starts after the change (%s), want exactly 1", starts, timeline(k, t0))
+	}
+	if got := d.Metric("hotplugd_kubelet_restarts_total"); got != total {
+		t.Errorf("hotplugd_kubelet_restarts_total = %v, want %v", got, total)
+	}
+	if _, _, ok := waitNode(t, s, time.Now(), 5*time.Second, conditionIs(v1.ConditionFalse)); !ok {
+		t.Errorf("condition %s not back to False within 5 s of the Node being correct: %+v", nodepatch.ConditionType, staleCondition(getNode(t, s)))
+	}
+	if _, alive := k.pid(); !alive {
+		t.Errorf("the restarted kubelet is not running; end of its log:\n%s", k.logTail(3000))
+	}
+}
+
+// remediatedOnce checks that one Remediated Event came after before, and
+// returns the Events that came.
+func remediatedOnce(t *testing.T, s *suite, before eventCount) eventCount {
+	t.Helper()
+	events := eventCounts(t, s).since(before)
+	if events[nodepatch.ReasonRemediated] != 1 {
+		t.Errorf("events %v, want one %s", events, nodepatch.ReasonRemediated)
+	}
+	return events
+}
+
+// hotplugdWrites are the daemon's API writes so far.
+func hotplugdWrites(t *testing.T, d *daemontest.Daemon) float64 {
+	t.Helper()
+	r := d.Requests()
+	return r["create"] + r["patch"]
+}
+
+// settleWrites waits until the daemon's write count has not moved for a
+// second (its Events and last patch follow the remedy asynchronously) and
+// returns it.
+func settleWrites(t *testing.T, d *daemontest.Daemon) float64 {
+	t.Helper()
+	last := hotplugdWrites(t, d)
+	for range 10 {
+		time.Sleep(time.Second)
+		now := hotplugdWrites(t, d)
+		if now == last {
+			return now
+		}
+		last = now
+	}
+	return last
+}
