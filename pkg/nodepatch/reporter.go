@@ -87,6 +87,7 @@ type Reporter struct {
 	started    bool          // evented was initialised from the Node
 	noise      string        // the noise last logged
 	dryRunLast string
+	held       bool // Hold: compare and publish, write nothing
 }
 
 type reporterMetrics struct {
@@ -171,6 +172,18 @@ func (r *Reporter) SetPrediction(p Prediction) {
 func (r *Reporter) SetNote(n Note) {
 	r.mu.Lock()
 	r.note = n
+	r.mu.Unlock()
+	r.poke()
+}
+
+// Hold stops (true) or resumes (false) writing to the Node, while State
+// keeps following it. The remedy holds across a kubelet restart: a
+// starting kubelet reports its Node in steps (hugepages first, allocatable
+// memory a few milliseconds later), and those steps are not drifts to
+// report. On release the Node is compared and written once.
+func (r *Reporter) Hold(hold bool) {
+	r.mu.Lock()
+	r.held = hold
 	r.mu.Unlock()
 	r.poke()
 }
@@ -311,7 +324,7 @@ func newer(a, b *v1.Node) bool {
 func (r *Reporter) sync(ctx context.Context) error {
 	node := r.observed()
 	r.mu.Lock()
-	pred, note := r.prediction, r.note
+	pred, note, held := r.prediction, r.note, r.held
 	r.mu.Unlock()
 	if node == nil || pred == nil {
 		r.publish(State{Node: node, Prediction: pred})
@@ -325,9 +338,12 @@ func (r *Reporter) sync(ctx context.Context) error {
 	now := r.clock.Now()
 	want := desiredFor(node, *pred, drift, note, now)
 	data := patch(node, want)
-	r.maybeEvent(node, drift)
 	written := data == nil
 	r.publish(State{Node: node, Prediction: pred, Drift: drift, Written: written})
+	if held {
+		return nil
+	}
+	r.maybeEvent(node, drift)
 	if drift.Stale() {
 		r.metrics.stale.Set(1)
 	} else {

@@ -35,6 +35,8 @@ type NodeView interface {
 	Changed() <-chan struct{}
 	SetNote(nodepatch.Note)
 	Event(eventType, reason, message string)
+	// Hold stops writing to the Node while the kubelet restarts.
+	Hold(bool)
 }
 
 // Options configure a Remedier.
@@ -285,6 +287,9 @@ func (m *Remedier) restart(ctx context.Context, plan Plan) Attempt {
 
 	m.log.Info("restarting the kubelet", zap.String("via", m.o.Control.String()), zap.Stringer("drift", plan.Drift),
 		zap.String("state_files", oneLine(dry)))
+	// The restarting kubelet's intermediate reports are not drifts.
+	m.o.Node.Hold(true)
+	defer m.o.Node.Hold(false)
 	if err := m.op(ctx, "stopping", m.o.Control.Stop); err != nil {
 		// It may be half-stopped: make sure it runs.
 		m.op(ctx, "starting", m.start)

@@ -29,6 +29,13 @@ type fakeNode struct {
 	ch     chan struct{}
 	notes  []nodepatch.Note
 	events []string // "reason: message"
+	holds  []bool
+}
+
+func (f *fakeNode) Hold(h bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holds = append(f.holds, h)
 }
 
 func newFakeNode(drift nodepatch.Drift) *fakeNode {
@@ -231,6 +238,9 @@ func TestOneRestartPerSettledChange(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{nodepatch.ReasonRemediated}, r.node.reasons()); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]bool{true, false}, r.node.holds); diff != "" {
+		t.Errorf("Node writes held (-want +got):\n%s", diff)
 	}
 	// Nothing more, ever, while the Node matches.
 	r.clock.Step(time.Hour)
