@@ -113,19 +113,26 @@ func Env() []string {
 	return env
 }
 
+// ParseEntry parses one line of the daemon's JSON log, read at t. A line
+// that is not JSON gives an Entry with only RawLine and Time, and false.
+func ParseEntry(line string, t time.Time) (Entry, bool) {
+	e := Entry{Time: t, RawLine: line}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(line), &raw); err != nil {
+		return e, false
+	}
+	e.Level, _ = raw["level"].(string)
+	e.Msg, _ = raw["msg"].(string)
+	e.Logger, _ = raw["logger"].(string)
+	e.Fields = raw
+	return e, true
+}
+
 func (d *Daemon) read(r io.Reader) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		var raw map[string]any
-		e := Entry{Time: time.Now(), RawLine: line}
-		if err := json.Unmarshal([]byte(line), &raw); err == nil {
-			e.Level, _ = raw["level"].(string)
-			e.Msg, _ = raw["msg"].(string)
-			e.Logger, _ = raw["logger"].(string)
-			e.Fields = raw
-		}
+		e, _ := ParseEntry(sc.Text(), time.Now())
 		d.mu.Lock()
 		d.entries = append(d.entries, e)
 		d.cond.Broadcast()

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/hotplugd/hotplugd/internal/daemontest"
 )
 
 // Serial console line prefixes written by guestinit.
@@ -150,31 +152,14 @@ func initramfs(t *testing.T) string {
 	return build.initrd
 }
 
-// logEntry is one line of hotplugd's JSON log.
-type logEntry struct {
-	Received time.Time // when the test read it from the serial console
-	Msg      string
-	Fields   map[string]any
-	Raw      string
-}
+// logEntry is one line of hotplugd's JSON log; Time is when the test read
+// it from the serial console.
+type logEntry struct{ daemontest.Entry }
 
 // duration reads a duration field (zap writes seconds).
 func (e logEntry) duration(key string) time.Duration {
 	s, _ := e.Fields[key].(float64)
 	return time.Duration(s * float64(time.Second)).Round(time.Millisecond)
-}
-
-func (e logEntry) str(key string) string {
-	switch v := e.Fields[key].(type) {
-	case string:
-		return v
-	case float64:
-		return strconv.FormatFloat(v, 'f', -1, 64)
-	case nil:
-		return ""
-	default:
-		return fmt.Sprint(v)
-	}
 }
 
 // vm is a running guest.
@@ -259,8 +244,8 @@ func boot(t *testing.T, args ...string) *vm {
 	}
 	t.Cleanup(v.qmp.close)
 	v.first = v.waitLog(0, bootTimeout, func(e logEntry) bool { return e.Msg == "topology" })
-	v.boot = v.first.Received.Sub(v.start)
-	t.Logf("booted: QEMU start to hotplugd's first snapshot %v (%s)", v.boot.Round(time.Millisecond), v.first.Raw)
+	v.boot = v.first.Time.Sub(v.start)
+	t.Logf("booted: QEMU start to hotplugd's first snapshot %v (%s)", v.boot.Round(time.Millisecond), v.first.RawLine)
 	return v
 }
 
@@ -277,10 +262,8 @@ func (v *vm) readConsole(r io.Reader) {
 		v.mu.Lock()
 		v.lines = append(v.lines, line)
 		if i := strings.Index(line, logPrefix+"{"); i >= 0 {
-			var fields map[string]any
-			if json.Unmarshal([]byte(line[i+len(logPrefix):]), &fields) == nil {
-				msg, _ := fields["msg"].(string)
-				v.logs = append(v.logs, logEntry{Received: now, Msg: msg, Fields: fields, Raw: line[i+len(logPrefix):]})
+			if e, ok := daemontest.ParseEntry(line[i+len(logPrefix):], now); ok {
+				v.logs = append(v.logs, logEntry{e})
 			}
 		} else if i := strings.Index(line, replyPrefix+"{"); i >= 0 {
 			var reply map[string]any
@@ -463,4 +446,4 @@ func changed(resource string) func(logEntry) bool {
 // found nothing to report. With the change entries of a resource, these
 // count the reconciles (a reconcile logs one entry per changed resource,
 // plus one per NUMA node).
-func noChange(e logEntry) bool { return e.Msg == "no change" && e.str("trigger") == "uevent" }
+func noChange(e logEntry) bool { return e.Msg == "no change" && e.Str("trigger") == "uevent" }

@@ -33,8 +33,8 @@ func TestMemoryHotplug(t *testing.T) {
 		t.Fatalf("memory block size %s, want 8000000 (128 MiB): the uevent counts below assume it", got)
 	}
 	before := v.memTotal()
-	if got := quantity(t, v.first.str("memory")); got != before {
-		t.Errorf("first snapshot: memory %s = %d bytes, the guest's MemTotal is %d", v.first.str("memory"), got, before)
+	if got := quantity(t, v.first.Str("memory")); got != before {
+		t.Errorf("first snapshot: memory %s = %d bytes, the guest's MemTotal is %d", v.first.Str("memory"), got, before)
 	}
 
 	// Plug.
@@ -47,7 +47,7 @@ func TestMemoryHotplug(t *testing.T) {
 	}
 	added := time.Now()
 	e := v.waitLog(mark, eventTimeout, changed("memory"))
-	addLatency := e.Received.Sub(added)
+	addLatency := e.Time.Sub(added)
 	after := v.memTotal()
 	// MemTotal counts the pages the buddy allocator manages. Onlined
 	// hot-added memory adds all of its pages: its struct pages (16 MiB
@@ -57,19 +57,19 @@ func TestMemoryHotplug(t *testing.T) {
 	if after-before != gib {
 		t.Errorf("guest MemTotal %d -> %d bytes: +%d, want +%d (1 GiB)", before, after, after-before, gib)
 	}
-	old, new := quantity(t, e.str("old")), quantity(t, e.str("new"))
+	old, new := quantity(t, e.Str("old")), quantity(t, e.Str("new"))
 	if old != before || new != after {
 		t.Errorf("%s: %d -> %d bytes, want the guest's MemTotal %d -> %d", e.Msg, old, new, before, after)
 	}
-	if e.str("events") != fmt.Sprint(2*blocksPerGiB) || e.str("trigger") != "uevent" {
+	if e.Str("events") != fmt.Sprint(2*blocksPerGiB) || e.Str("trigger") != "uevent" {
 		t.Errorf("%s after %s events (trigger %s), want %d uevents (add and online of %d blocks)",
-			e.Msg, e.str("events"), e.str("trigger"), 2*blocksPerGiB, blocksPerGiB)
+			e.Msg, e.Str("events"), e.Str("trigger"), 2*blocksPerGiB, blocksPerGiB)
 	}
 	if addLatency > quietWindow+margin {
 		t.Errorf("%s %v after device_add, want within the quiet window %v + %v", e.Msg, addLatency, quietWindow, margin)
 	}
 	t.Logf("1 GiB DIMM: %s, %s uevents, %v from device_add to the log line (hotplugd: %v from the first uevent)",
-		e.Msg, e.str("events"), addLatency.Round(time.Millisecond), e.duration("latency"))
+		e.Msg, e.Str("events"), addLatency.Round(time.Millisecond), e.duration("latency"))
 	zones := v.cat("/sys/devices/system/memory/memory32/valid_zones")
 	t.Logf("memory32 valid_zones: %s", strings.TrimSpace(zones))
 
@@ -87,17 +87,17 @@ func TestMemoryHotplug(t *testing.T) {
 		t.Fatalf("%v; console:\n%s", err, v.dump())
 	}
 	e = v.waitLog(markRemove, eventTimeout, changed("memory"))
-	removeLatency := e.Received.Sub(removed)
-	if old, new := quantity(t, e.str("old")), quantity(t, e.str("new")); old != after || new != before {
+	removeLatency := e.Time.Sub(removed)
+	if old, new := quantity(t, e.Str("old")), quantity(t, e.Str("new")); old != after || new != before {
 		t.Errorf("%s: %d -> %d bytes, want back %d -> %d", e.Msg, old, new, after, before)
 	}
 	if got := v.memTotal(); got != before {
 		t.Errorf("guest MemTotal after the unplug %d, want %d", got, before)
 	}
-	if e.str("events") != fmt.Sprint(2*blocksPerGiB) {
-		t.Errorf("%s after %s events, want %d (offline and remove of %d blocks)", e.Msg, e.str("events"), 2*blocksPerGiB, blocksPerGiB)
+	if e.Str("events") != fmt.Sprint(2*blocksPerGiB) {
+		t.Errorf("%s after %s events, want %d (offline and remove of %d blocks)", e.Msg, e.Str("events"), 2*blocksPerGiB, blocksPerGiB)
 	}
-	t.Logf("unplug: %s, %s uevents, %v from device_del to the log line", e.Msg, e.str("events"), removeLatency.Round(time.Millisecond))
+	t.Logf("unplug: %s, %s uevents, %v from device_del to the log line", e.Msg, e.Str("events"), removeLatency.Round(time.Millisecond))
 
 	v.powerOff()
 	// Exactly one reconcile each: one memory change, and no reconcile
@@ -128,7 +128,7 @@ func TestCPUHotAddStaysOffline(t *testing.T) {
 	added := time.Now()
 	// hotplugd saw the uevents (add, bind) and found nothing to report.
 	e := v.waitLog(mark, eventTimeout, noChange)
-	t.Logf("hot-added CPU: %s after %s uevents", e.Msg, e.str("events"))
+	t.Logf("hot-added CPU: %s after %s uevents", e.Msg, e.Str("events"))
 	if got := strings.TrimSpace(v.cat("/sys/devices/system/cpu/cpu1/online")); got != "0" {
 		t.Fatalf("cpu1/online = %q after the hot-add, want 0 (the kernel leaves hot-added CPUs offline)", got)
 	}
@@ -146,8 +146,8 @@ func TestCPUHotAddStaysOffline(t *testing.T) {
 	v.command("write", "/sys/devices/system/cpu/cpu1/online", "1")
 	onlined := time.Now()
 	e = v.waitLog(markOnline, eventTimeout, changed("cpu"))
-	latency := e.Received.Sub(onlined)
-	if e.str("old") != "1" || e.str("new") != "2" {
+	latency := e.Time.Sub(onlined)
+	if e.Str("old") != "1" || e.Str("new") != "2" {
 		t.Errorf("%s, want cpu: 1 -> 2", e.Msg)
 	}
 	t.Logf("onlined by hand: %s %v after the write", e.Msg, latency.Round(time.Millisecond))
@@ -173,9 +173,9 @@ func TestCPUHotplugOnlineNewCPUs(t *testing.T) {
 		plugCPU(t, v, id)
 		added := time.Now()
 		e := v.waitLog(mark, eventTimeout, changed("cpu"))
-		latency := e.Received.Sub(added)
+		latency := e.Time.Sub(added)
 		latencies = append(latencies, latency)
-		if e.str("old") != "1" || e.str("new") != "2" {
+		if e.Str("old") != "1" || e.Str("new") != "2" {
 			t.Errorf("%s, want cpu: 1 -> 2", e.Msg)
 		}
 		on := v.waitLog(mark, eventTimeout, func(e logEntry) bool { return e.Msg == "onlined hot-added CPU" })
@@ -188,7 +188,7 @@ func TestCPUHotplugOnlineNewCPUs(t *testing.T) {
 				e.Msg, latency, took, quietWindow, margin)
 		}
 		t.Logf("device_add %s: %s (cpu %s onlined in %v), %v after device_add (hotplugd: %v from the first uevent)", id, e.Msg,
-			on.str("cpu"), on.duration("took"), latency.Round(time.Millisecond), e.duration("latency"))
+			on.Str("cpu"), on.duration("took"), latency.Round(time.Millisecond), e.duration("latency"))
 		if got := strings.TrimSpace(v.cat("/sys/devices/system/cpu/online")); got != "0-1" {
 			t.Errorf("online CPUs %q, want 0-1", got)
 		}
@@ -200,8 +200,8 @@ func TestCPUHotplugOnlineNewCPUs(t *testing.T) {
 	unplugCPU(t, v, "cpu1")
 	removed := time.Now()
 	e := v.waitLog(markRemove, eventTimeout, changed("cpu"))
-	removeLatency := e.Received.Sub(removed)
-	if e.str("old") != "2" || e.str("new") != "1" {
+	removeLatency := e.Time.Sub(removed)
+	if e.Str("old") != "2" || e.Str("new") != "1" {
 		t.Errorf("%s, want cpu: 2 -> 1", e.Msg)
 	}
 	t.Logf("device_del cpu1: %s %v after device_del", e.Msg, removeLatency.Round(time.Millisecond))
@@ -289,7 +289,7 @@ func logsBetween(v *vm, from, to int, match func(logEntry) bool) []logEntry {
 func raws(es []logEntry) string {
 	var b strings.Builder
 	for _, e := range es {
-		b.WriteString(e.Raw)
+		b.WriteString(e.RawLine)
 		b.WriteByte('\n')
 	}
 	return b.String()
