@@ -4,9 +4,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/spf13/pflag"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=...".
@@ -68,4 +71,37 @@ func usage(w io.Writer) {
 func runVersion(_ []string, stdout, _ io.Writer) int {
 	fmt.Fprintf(stdout, "hotplugd %s\n", version)
 	return 0
+}
+
+// options are a subcommand's flags.
+type options interface {
+	AddFlags(*pflag.FlagSet)
+	Validate() error
+}
+
+// parseFlags parses a subcommand's arguments into o and validates them.
+// usage is the --help text, with %s where the flags go. When done, the
+// subcommand returns code at once: 0 after --help, 2 on a usage error
+// (said on stderr).
+func parseFlags(name, usage string, o options, args []string, stderr io.Writer) (code int, done bool) {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintf(stderr, usage, fs.FlagUsages()) }
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0, true
+		}
+		fmt.Fprintf(stderr, "hotplugd %s: %v (see hotplugd %s --help)\n", name, err, name)
+		return 2, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "hotplugd %s: unexpected arguments %q\n", name, fs.Args())
+		return 2, true
+	}
+	if err := o.Validate(); err != nil {
+		fmt.Fprintf(stderr, "hotplugd %s: %v\n", name, err)
+		return 2, true
+	}
+	return 0, false
 }

@@ -49,10 +49,7 @@ func (o *preflightOptions) Validate() error {
 
 func runPreflight(args []string, stdout, stderr io.Writer) int {
 	var o preflightOptions
-	fs := pflag.NewFlagSet("preflight", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: hotplugd preflight [flags]
+	if code, done := parseFlags("preflight", `Usage: hotplugd preflight [flags]
 
 Checks the kubelet's cpu_manager_state and memory_manager_state against the
 machine as it is now, before the kubelet starts (its ExecStartPre):
@@ -63,23 +60,8 @@ machine as it is now, before the kubelet starts (its ExecStartPre):
 Errors reading the machine or the configuration exit 1.
 
 Flags:
-%s`, fs.FlagUsages())
-	}
-	o.AddFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "hotplugd preflight: %v (see hotplugd preflight --help)\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "hotplugd preflight: unexpected arguments %q\n", fs.Args())
-		return 2
-	}
-	if err := o.Validate(); err != nil {
-		fmt.Fprintf(stderr, "hotplugd preflight: %v\n", err)
-		return 2
+%s`, &o, args, stderr); done {
+		return code
 	}
 	cfg := kubeletconfig.Default()
 	if o.KubeletConfig != "" {

@@ -160,10 +160,7 @@ func (o *runOptions) nodeName() (string, error) {
 
 func runRun(args []string, stdout, stderr io.Writer) int {
 	var o runOptions
-	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: hotplugd run [--standalone] [flags]
+	if code, done := parseFlags("run", `Usage: hotplugd run [--standalone] [flags]
 
 Runs the daemon: listens to kernel uevents for CPUs, memory and NUMA nodes and
 to writes of every hugepage count file, debounces bursts, re-reads the topology
@@ -178,23 +175,8 @@ state files and restarts it once the change has settled (rolled back if the
 Node does not show the new capacity). --standalone touches no cluster.
 
 Flags:
-%s`, fs.FlagUsages())
-	}
-	o.AddFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "hotplugd run: %v (see hotplugd run --help)\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "hotplugd run: unexpected arguments %q\n", fs.Args())
-		return 2
-	}
-	if err := o.Validate(); err != nil {
-		fmt.Fprintf(stderr, "hotplugd run: %v\n", err)
-		return 2
+%s`, &o, args, stderr); done {
+		return code
 	}
 	log, err := logging.New(o.Logging, stderr)
 	if err != nil {

@@ -53,26 +53,8 @@ type snapshotReport struct {
 
 func runSnapshot(args []string, stdout, stderr io.Writer) int {
 	var o snapshotOptions
-	fs := pflag.NewFlagSet("snapshot", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: hotplugd snapshot [flags]\n\nPrints this machine's CPUs, NUMA nodes, memory and hugepages, and the\ncapacity and allocatable a freshly started kubelet would report.\n\nFlags:\n%s", fs.FlagUsages())
-	}
-	o.AddFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "hotplugd snapshot: %v (see hotplugd snapshot --help)\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "hotplugd snapshot: unexpected arguments %q\n", fs.Args())
-		return 2
-	}
-	if err := o.Validate(); err != nil {
-		fmt.Fprintf(stderr, "hotplugd snapshot: %v\n", err)
-		return 2
+	if code, done := parseFlags("snapshot", "Usage: hotplugd snapshot [flags]\n\nPrints this machine's CPUs, NUMA nodes, memory and hugepages, and the\ncapacity and allocatable a freshly started kubelet would report.\n\nFlags:\n%s", &o, args, stderr); done {
+		return code
 	}
 	rep, err := takeSnapshot(o)
 	if err != nil {

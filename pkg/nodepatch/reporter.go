@@ -55,9 +55,6 @@ type State struct {
 	Prediction *Prediction
 	// Drift is how the Node differs from the prediction (noise included).
 	Drift Drift
-	// Written is true when the Node carries the condition and annotations
-	// hotplugd wants for this drift.
-	Written bool
 }
 
 // Known reports whether both sides are known, so Drift means something.
@@ -338,8 +335,7 @@ func (r *Reporter) sync(ctx context.Context) error {
 	now := r.clock.Now()
 	want := desiredFor(node, *pred, drift, note, now)
 	data := patch(node, want)
-	written := data == nil
-	r.publish(State{Node: node, Prediction: pred, Drift: drift, Written: written})
+	r.publish(State{Node: node, Prediction: pred, Drift: drift})
 	if held {
 		return nil
 	}
@@ -349,7 +345,7 @@ func (r *Reporter) sync(ctx context.Context) error {
 	} else {
 		r.metrics.stale.Set(0)
 	}
-	if written {
+	if data == nil {
 		return nil
 	}
 	if r.o.DryRun {

@@ -111,8 +111,6 @@ type Remedier struct {
 	lastActivity time.Time
 	lastAttempt  time.Time
 	attempts     []Attempt
-	// OnAttempt, when set, is called after every attempt (tests).
-	onAttempt func(Attempt)
 }
 
 // New checks the options and returns a Remedier.
@@ -262,9 +260,6 @@ func (m *Remedier) execute(ctx context.Context, plan Plan) {
 		m.log.Error("remedy failed", append(fields, zap.Error(a.Err))...)
 	} else {
 		m.log.Info("remedy done", fields...)
-	}
-	if m.onAttempt != nil {
-		m.onAttempt(a)
 	}
 }
 
