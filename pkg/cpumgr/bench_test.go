@@ -41,11 +41,11 @@ func BenchmarkVerifyPlanWrite(b *testing.B) {
 	snap := snapshot(b, m(nil))
 	kc := kubelet("2")
 
-	oldCfg, err := NewConfig(kc, oldSnap, "")
+	oldCfg, err := NewConfig(kc, oldSnap, "", rel136)
 	if err != nil {
 		b.Fatal(err)
 	}
-	newCfg, err := NewConfig(kc, snap, "")
+	newCfg, err := NewConfig(kc, snap, "", rel136)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func BenchmarkVerifyPlanWrite(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		cfg, err := NewConfig(kc, snap, path)
+		cfg, err := NewConfig(kc, snap, path, rel136)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hotplugd/hotplugd/pkg/cpumgr/internal/checksum"
 	"github.com/hotplugd/hotplugd/pkg/cpumgr/internal/state"
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 )
 
 // Format is a cpu_manager_state layout.
@@ -27,8 +28,9 @@ const (
 	FormatV2 Format = "V2"
 	// FormatV3: V2 plus podEntries (1.36 with PodLevelResourceManagers).
 	FormatV3 Format = "V3"
-	// FormatV4: the V3 payload as a JSON string in "data", with
-	// "dataChecksum" (kubelets after 1.36). Refused.
+	// FormatV4: the V2 fields for older kubelets, plus the V3 payload with
+	// baselines as a JSON string in "data", with "dataChecksum" (kubelet
+	// 1.37, whatever its gates).
 	FormatV4 Format = "V4"
 )
 
@@ -46,13 +48,60 @@ type State struct {
 	Entries map[string]map[string]cpuset.CPUSet
 	// PodEntries are the pod-level assignments (V3): pod UID -> CPUs.
 	PodEntries map[string]cpuset.CPUSet
+	// Baselines are the containers' admission-time CPUs of a V4 payload
+	// (InPlacePodVerticalScalingExclusiveCPUs); only a 1.37 kubelet with
+	// that gate reads and writes them.
+	Baselines map[string]map[string]cpuset.CPUSet
 	// Checksum is the checksum as read; Marshal computes its own.
 	Checksum uint64
 
-	// loadErr is what the kubelet's loader says about the file read,
-	// indexed by the PodLevelResourceManagers gate (false, true); "" when it
-	// loads.
-	loadErr [2]string
+	// loadErr is what each kubelet loader says about the file read; ""
+	// when it loads.
+	loadErr [numReaders]string
+	// baselineErr is a 1.37 kubelet's refusal of an unparsable baseline,
+	// with the gate that reads them; "" when they parse.
+	baselineErr string
+}
+
+// reader is one kubelet's checkpoint loader: a release's load chain under
+// one setting of the PodLevelResourceManagers gate it depends on.
+type reader int
+
+const (
+	readV2Legacy reader = iota // 1.34, 1.35: V2 (checksum 0 or under the legacy name), else V1
+	readV2                     // 1.36 without the gate: V2 (also under its own name), else V1
+	readV3                     // 1.36 with the gate: V3, else V2, else V1
+	readV4Off                  // 1.37 without the gate: V4, else V3, else V2
+	readV4On                   // 1.37 with the gate
+	numReaders
+)
+
+// reader is the loader of the configured kubelet.
+func (c Config) reader() reader {
+	switch c.release().CPUState {
+	case kubeletversion.CPUStateV2:
+		return readV2Legacy
+	case kubeletversion.CPUStateV4:
+		if c.PodLevelResourceManagers {
+			return readV4On
+		}
+		return readV4Off
+	}
+	if c.PodLevelResourceManagers {
+		return readV3
+	}
+	return readV2
+}
+
+// writes is the layout the configured kubelet writes.
+func (c Config) writes() Format {
+	switch c.reader() {
+	case readV3:
+		return FormatV3
+	case readV4Off, readV4On:
+		return FormatV4
+	}
+	return FormatV2
 }
 
 // Clone returns a deep copy of s.
@@ -66,6 +115,12 @@ func (s *State) Clone() *State {
 		}
 	}
 	c.PodEntries = maps.Clone(s.PodEntries)
+	if s.Baselines != nil {
+		c.Baselines = make(map[string]map[string]cpuset.CPUSet, len(s.Baselines))
+		for pod, containers := range s.Baselines {
+			c.Baselines[pod] = maps.Clone(containers)
+		}
+	}
 	return &c
 }
 
@@ -84,27 +139,32 @@ func equalContent(a, b *State) bool {
 	return maps.EqualFunc(a.PodEntries, b.PodEntries, cpuset.CPUSet.Equals)
 }
 
-// Parse reads a cpu_manager_state checkpoint the way kubelet v1.36.3's
-// checkpoint code reads it, under both settings of the
+// Parse reads a cpu_manager_state checkpoint the way each kubelet release
+// hotplugd knows reads it, under both settings of the
 // PodLevelResourceManagers feature gate:
 //
-//   - gate off (the default): V2, else V1;
-//   - gate on: V3, else V2 (migrated to V3), else V1.
+//   - 1.34, 1.35: V2, else V1;
+//   - 1.36, gate off: V2, else V1; gate on: V3, else V2 (migrated to V3),
+//     else V1;
+//   - 1.37: V4 (the data payload, verified by dataChecksum alone; a V4 file
+//     that does not verify is refused, never read as V3), else V3, else V2
+//     (migrated to V4 in memory); never V1.
 //
 // Each step is json.Unmarshal (keys matched case-insensitively, unknown keys
 // ignored) and the kubelet's checksum check (FNV-32a of the spew dump of the
 // struct with checksum 0; V2 and V1 accept a checksum of 0 unchecked and hash
 // under the legacy type name state.CPUManagerCheckpoint, V2 with the gate
-// off also under its own name; V3 accepts no 0). A file neither loads is
-// refused with the kubelet's last error, V1's: so a V2 file with assignments
-// and a bad checksum fails with a JSON type error, one without assignments
-// with "checkpoint is corrupted", and "entries":null (a nil map hashes
-// differently) as corrupted. A file that loads under only one setting is
-// returned; Validate reports the kubelet's error under the other.
+// off also under its own name; V3 accepts no 0 and, in 1.37, also its own
+// name CPUManagerCheckpointV3). A file that loads under some release is
+// returned, with what each of the others says about it for Validate. For a
+// V4 file the State is its payload (a kubelet before 1.37 reads the V2 fields
+// beside it, which 1.37 writes from the same payload).
 //
-// Refused with a FormatError: V4 files (data/dataChecksum), V1 files with
-// assignments (keyed by container ID, which only the kubelet can map to
-// pods), and JSON that is not an object with a policyName.
+// A file no kubelet loads is refused with a *LoadError in the kubelet's
+// words (KubeletFor gives each release's). Refused with a FormatError, where
+// hotplugd cannot judge: V1 files with assignments (keyed by container ID,
+// which only a kubelet before 1.37 can map to pods), and JSON that is not an
+// object with a policyName.
 func Parse(b []byte) (*State, error) {
 	s, err := parse(b)
 	if err != nil {
@@ -114,61 +174,81 @@ func Parse(b []byte) (*State, error) {
 }
 
 func parse(b []byte) (*State, error) {
-	podEntries, err := sniff(b)
+	podEntries, hasData, err := sniff(b)
 	if err != nil {
 		return nil, err
 	}
 	l := &loader{b: b, podEntriesKey: podEntries}
-	on, onErr := l.load(true)
-	off, offErr := l.load(false)
+	var states [numReaders]*State
+	var errs [numReaders]error
+	states[readV3], errs[readV3] = l.load(true)
+	states[readV2], errs[readV2] = l.load(false)
+	states[readV2Legacy], errs[readV2Legacy] = l.loadLegacy()
+	states[readV4Off], errs[readV4Off] = l.load137(false)
+	states[readV4On], errs[readV4On] = l.load137(true)
+
+	order := []reader{readV3, readV2, readV2Legacy, readV4On, readV4Off}
+	if hasData {
+		order = []reader{readV4On, readV4Off, readV3, readV2, readV2Legacy}
+	}
 	var s *State
-	switch {
-	case onErr == nil:
-		s = on
-	case offErr == nil:
-		s = off
-	default:
-		// Both chains end with the same V1 attempt, so their errors agree.
-		return nil, offErr
+	for _, r := range order {
+		if errs[r] == nil {
+			s = states[r]
+			break
+		}
 	}
-	if offErr != nil {
-		s.loadErr[0] = kubeletText(offErr)
+	if s == nil {
+		// The chains before 1.37 end with the same V1 attempt, so their
+		// errors agree; where that attempt cannot judge (V1 with
+		// assignments), hotplugd cannot either.
+		var fe *FormatError
+		if errors.As(errs[readV2], &fe) {
+			return nil, fe
+		}
+		le := &LoadError{Kubelet: kubeletText(errs[readV2]), err: errors.Unwrap(errs[readV2])}
+		for r := range numReaders {
+			le.byReader[r] = kubeletText(errs[r])
+		}
+		return nil, le
 	}
-	if onErr != nil {
-		s.loadErr[1] = kubeletText(onErr)
+	for r := range numReaders {
+		if errs[r] != nil {
+			s.loadErr[r] = kubeletText(errs[r])
+		}
 	}
 	return s, nil
 }
 
-// sniff refuses the formats that are recognised before the kubelet's chain
-// runs: V4, and valid JSON that is not a checkpoint object. Invalid JSON is
-// left to the chain, which reports it as the kubelet does. It also tells
-// whether the object has a podEntries key.
-func sniff(b []byte) (podEntries bool, err error) {
+// sniff refuses valid JSON that is not a checkpoint object. Invalid JSON is
+// left to the chains, which report it as the kubelet does. It also tells
+// whether the object has a podEntries key, and a data or dataChecksum key
+// (V4).
+func sniff(b []byte) (podEntries, data bool, err error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(b, &top); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
-			return false, &FormatError{Reason: "the file is JSON but not an object"}
+			return false, false, &FormatError{Reason: "the file is JSON but not an object"}
 		}
-		return false, nil
+		return false, false, nil
 	}
 	hasPolicy := false
 	for k := range top {
 		// encoding/json matches keys case-insensitively; so does this.
 		switch {
 		case strings.EqualFold(k, "data"), strings.EqualFold(k, "dataChecksum"):
-			return false, &FormatError{Format: FormatV4, Reason: "a kubelet newer than v1.36 wrote it (data/dataChecksum); hotplugd cannot verify or rewrite it"}
+			data = true
 		case strings.EqualFold(k, "policyName"):
 			hasPolicy = true
 		case strings.EqualFold(k, "podEntries"):
 			podEntries = true
 		}
 	}
-	if !hasPolicy {
-		return false, &FormatError{Reason: "no policyName"}
+	if !hasPolicy && !data {
+		return false, false, &FormatError{Reason: "no policyName"}
 	}
-	return podEntries, nil
+	return podEntries, data, nil
 }
 
 // kubeletText is the kubelet's wording of a load error.
@@ -393,8 +473,10 @@ func (s *State) Marshal() ([]byte, error) {
 		}
 		cp.Checksum = checksum.Checksum(fnv32a(strings.Replace(dump.ForHash(cp), "CPUManagerCheckpointV2", "CPUManagerCheckpoint", 1)))
 		out = cp
+	case FormatV4:
+		return s.marshalV4(entries)
 	default:
-		return nil, &FormatError{Format: s.Format, Reason: "hotplugd writes V2 and V3 only"}
+		return nil, &FormatError{Format: s.Format, Reason: "hotplugd writes V2, V3 and V4 only"}
 	}
 	b, err := json.Marshal(out)
 	if err != nil {

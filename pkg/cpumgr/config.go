@@ -1,6 +1,7 @@
 package cpumgr
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -11,6 +12,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/cpuset"
 
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
@@ -34,21 +36,17 @@ const (
 	optAlignBySocket             = "align-by-socket"
 )
 
-// The kubelet's option levels (policy_options.go) and the feature gates they
-// need.
-var (
-	alphaOptions  = []string{optAlignBySocket, optDistributeCPUsAcrossCores}
-	betaOptions   = []string{optDistributeCPUsAcrossNUMA}
-	stableOptions = []string{optFullPCPUsOnly, optStrictCPUReservation, optPreferAlignByUncoreCache}
-)
-
-// podLevelResourceManagers is the kubelet feature gate that switches the
-// CPU manager to FormatV3 (alpha in 1.36, off by default).
-const podLevelResourceManagers = "PodLevelResourceManagers"
+// podLevelResourceManagers is the kubelet feature gate that switches a 1.36
+// CPU manager to FormatV3 and makes a 1.37 one keep pod-level assignments.
+const podLevelResourceManagers = kubeletversion.GatePodLevelResourceManagers
 
 // Config is what the kubelet's CPU manager is started with, plus the
 // operator's choice for PlanRebuild.
 type Config struct {
+	// Release is the kubelet's release row: which layouts it reads and
+	// writes. nil means kubelet 1.36, for callers that predate the table;
+	// NewConfig always sets it.
+	Release *kubeletversion.Release
 	// Policy is cpuManagerPolicy: PolicyNone or PolicyStatic.
 	Policy string
 	// Reserved are the CPUs the static policy keeps for the system: see
@@ -57,10 +55,16 @@ type Config struct {
 	// StrictReservation is the strict-cpu-reservation policy option: the
 	// reserved CPUs are left out of the default set instead of kept in it.
 	StrictReservation bool
-	// PodLevelResourceManagers is the kubelet's feature gate of that name:
-	// with it the kubelet reads FormatV3 (falling back to V2) and writes V3;
-	// without it a V3 file does not load.
+	// PodLevelResourceManagers is the kubelet's feature gate of that name
+	// (as Release.Enabled expands it, AllAlpha/AllBeta included): with it a
+	// 1.36 kubelet reads FormatV3 (falling back to V2) and writes V3, and
+	// without it a V3 file does not load; a 1.37 kubelet keeps pod-level
+	// assignments in its V4 payload only with it.
 	PodLevelResourceManagers bool
+	// InPlaceExclusiveCPUs is the InPlacePodVerticalScalingExclusiveCPUs
+	// gate: a 1.37 kubelet with it keeps each container's admission-time
+	// CPUs (baselines) in its V4 payload.
+	InPlaceExclusiveCPUs bool
 	// Path is the state file's path, as the kubelet names it in its
 	// messages; "" means DefaultPath.
 	Path string
@@ -76,6 +80,13 @@ func (c Config) path() string {
 	return c.Path
 }
 
+func (c Config) release() *kubeletversion.Release {
+	if c.Release == nil {
+		return kubeletversion.ByMinor(36)
+	}
+	return c.Release
+}
+
 func (c Config) policy() string {
 	if c.Policy == "" {
 		return PolicyNone
@@ -83,16 +94,21 @@ func (c Config) policy() string {
 	return c.Policy
 }
 
-// NewConfig returns the CPU manager configuration of a kubelet running with
-// kc on the machine snap, its state file at path ("" for DefaultPath). For
-// the static policy it checks the policy options as the kubelet does and
-// computes the reserved CPUs (ReservedCPUs); an error is a configuration the
-// kubelet would refuse to start with, or one whose reserved CPUs hotplugd
-// cannot predict.
-func NewConfig(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot, path string) (Config, error) {
+// NewConfig returns the CPU manager configuration of a kubelet of release
+// rel running with kc on the machine snap, its state file at path ("" for
+// DefaultPath). For the static policy it checks the policy options as that
+// release does and computes the reserved CPUs (ReservedCPUs); an error is a
+// configuration the kubelet would refuse to start with, or one whose
+// reserved CPUs hotplugd cannot predict.
+func NewConfig(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot, path string, rel *kubeletversion.Release) (Config, error) {
+	if rel == nil {
+		return Config{}, errors.New("cpumgr: no kubelet release (programmer error)")
+	}
 	cfg := Config{
+		Release:                  rel,
 		Policy:                   kc.CPUManagerPolicy,
-		PodLevelResourceManagers: kc.FeatureGates[podLevelResourceManagers],
+		PodLevelResourceManagers: rel.Enabled(kc.FeatureGates, podLevelResourceManagers),
+		InPlaceExclusiveCPUs:     rel.Enabled(kc.FeatureGates, kubeletversion.GateInPlacePodVerticalScalingExclusiveCPUs),
 		Path:                     path,
 	}
 	cfg.Policy = cfg.policy()
@@ -106,34 +122,36 @@ func NewConfig(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot,
 	default:
 		return Config{}, fmt.Errorf("cpumgr: unknown policy: \"%s\"", cfg.Policy)
 	}
-	opts, err := staticOptions(kc)
+	opts, err := staticOptions(kc, rel)
 	if err != nil {
 		return Config{}, err
 	}
 	cfg.StrictReservation = opts[optStrictCPUReservation]
-	if cfg.Reserved, err = ReservedCPUs(kc, snap); err != nil {
+	if cfg.Reserved, err = ReservedCPUs(kc, snap, rel); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
 }
 
-// staticOptions parses cpuManagerPolicyOptions with the kubelet's rules
-// (NewStaticPolicyOptions): known names, options of alpha and beta level
-// only with their feature gates, boolean values, no incompatible pairs.
-func staticOptions(kc *kubeletv1beta1.KubeletConfiguration) (map[string]bool, error) {
+// staticOptions parses cpuManagerPolicyOptions with the rules of release
+// rel (NewStaticPolicyOptions): known names, options of alpha and beta level
+// (the release's table) only with their feature gates, boolean values, no
+// incompatible pairs.
+func staticOptions(kc *kubeletv1beta1.KubeletConfiguration, rel *kubeletversion.Release) (map[string]bool, error) {
 	opts := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(kc.CPUManagerPolicyOptions)) {
 		value := kc.CPUManagerPolicyOptions[name]
+		stage, known := rel.CPUManagerOptions[name]
 		switch {
-		case slices.Contains(alphaOptions, name):
-			if !gate(kc, "CPUManagerPolicyAlphaOptions", false) {
+		case known && stage == kubeletversion.Alpha:
+			if !rel.Enabled(kc.FeatureGates, kubeletversion.GateCPUManagerPolicyAlphaOptions) {
 				return nil, fmt.Errorf("cpumgr: CPU Manager Policy Alpha-level Options not enabled, but option %q provided", name)
 			}
-		case slices.Contains(betaOptions, name):
-			if !gate(kc, "CPUManagerPolicyBetaOptions", true) {
+		case known && stage == kubeletversion.Beta:
+			if !rel.Enabled(kc.FeatureGates, kubeletversion.GateCPUManagerPolicyBetaOptions) {
 				return nil, fmt.Errorf("cpumgr: CPU Manager Policy Beta-level Options not enabled, but option %q provided", name)
 			}
-		case slices.Contains(stableOptions, name):
+		case known:
 		default:
 			return nil, fmt.Errorf("cpumgr: unknown CPU Manager Policy option: %q", name)
 		}
@@ -156,13 +174,6 @@ func staticOptions(kc *kubeletv1beta1.KubeletConfiguration) (map[string]bool, er
 	return opts, nil
 }
 
-func gate(kc *kubeletv1beta1.KubeletConfiguration, name string, def bool) bool {
-	if v, ok := kc.FeatureGates[name]; ok {
-		return v
-	}
-	return def
-}
-
 // ReservedCPUs returns the CPUs the kubelet's static policy reserves on the
 // machine snap: reservedSystemCPUs when set (it must name online CPUs);
 // otherwise the kubelet's own choice of ceil(systemReserved.cpu +
@@ -175,7 +186,7 @@ func gate(kc *kubeletv1beta1.KubeletConfiguration, name string, def bool) bool {
 // removed; PlanRebuild handles that. hotplugd does not predict the choice
 // under the distribute-cpus-across-numa and prefer-align-cpus-by-uncorecache
 // options (an error asks for reservedSystemCPUs instead).
-func ReservedCPUs(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot) (cpuset.CPUSet, error) {
+func ReservedCPUs(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot, rel *kubeletversion.Release) (cpuset.CPUSet, error) {
 	topo := kubeletTopology(snap)
 	if kc.ReservedSystemCPUs != "" {
 		reserved, err := cpuset.Parse(kc.ReservedSystemCPUs)
@@ -196,7 +207,7 @@ func ReservedCPUs(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapsh
 		return cpuset.New(), fmt.Errorf("cpumgr: [cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero")
 	}
 	n := int(math.Ceil(float64(q.MilliValue()) / 1000))
-	opts, err := staticOptions(kc)
+	opts, err := staticOptions(kc, rel)
 	if err != nil {
 		return cpuset.New(), err
 	}

@@ -39,6 +39,17 @@ var (
 type LoadError struct {
 	Kubelet string
 	err     error
+	// byReader is each kubelet loader's wording, when Parse refused the
+	// file for all of them.
+	byReader [numReaders]string
+}
+
+// KubeletFor is the refusal in the words of the kubelet cfg describes.
+func (e *LoadError) KubeletFor(cfg Config) string {
+	if m := e.byReader[cfg.reader()]; m != "" {
+		return m
+	}
+	return e.Kubelet
 }
 
 func (e *LoadError) Error() string { return "corrupt checkpoint: " + e.Kubelet }

@@ -1,6 +1,7 @@
 package cpumgr
 
 import (
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"os"
 	"path/filepath"
 	"testing"
@@ -77,3 +78,6 @@ func set(list string) cpuset.CPUSet {
 	}
 	return s
 }
+
+// rel136 is the release the vectors and most tables were made with.
+var rel136 = kubeletversion.ByMinor(36)

@@ -3,6 +3,7 @@ package cpumgr
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -112,9 +113,8 @@ func PlanRebuild(s *State, snap *topology.Snapshot, cfg Config) (*Plan, error) {
 		return p, fmt.Errorf("cpumgr: %w: the state has pod-level assignments but the kubelet runs without the %s feature gate", ErrUnrepairable, podLevelResourceManagers)
 	}
 
-	n := &State{Format: FormatV2, PolicyName: s.PolicyName, Entries: map[string]map[string]cpuset.CPUSet{}}
+	n := &State{Format: cfg.writes(), PolicyName: s.PolicyName, Entries: map[string]map[string]cpuset.CPUSet{}}
 	if gateOn {
-		n.Format = FormatV3
 		n.PodEntries = map[string]cpuset.CPUSet{}
 	}
 	var assigned bitset
@@ -179,6 +179,9 @@ func PlanRebuild(s *State, snap *topology.Snapshot, cfg Config) (*Plan, error) {
 	}
 
 	n.DefaultCPUSet = all.andNot(assigned).set()
+	if n.Format == FormatV4 && cfg.InPlaceExclusiveCPUs {
+		n.Baselines = keptBaselines(s, n)
+	}
 
 	if len(p.NeedsDrain) > 0 {
 		if !cfg.AllowDrop {
@@ -192,6 +195,35 @@ func PlanRebuild(s *State, snap *topology.Snapshot, cfg Config) (*Plan, error) {
 	p.New = n
 	p.Changed = true
 	return p, nil
+}
+
+// keptBaselines are the baselines a 1.37 kubelet with
+// InPlacePodVerticalScalingExclusiveCPUs holds after reading old and would
+// write for n: the file's own when it has any (all of them: its
+// restoreState keeps them as they are), less those of the assignments n
+// drops; else each kept assignment's CPUs, as its restoreState derives them.
+func keptBaselines(old, n *State) map[string]map[string]cpuset.CPUSet {
+	out := map[string]map[string]cpuset.CPUSet{}
+	if len(old.Baselines) > 0 {
+		for pod, containers := range old.Baselines {
+			for c, b := range containers {
+				if _, had := old.Entries[pod][c]; had {
+					if _, kept := n.Entries[pod][c]; !kept {
+						continue
+					}
+				}
+				if out[pod] == nil {
+					out[pod] = map[string]cpuset.CPUSet{}
+				}
+				out[pod][c] = b
+			}
+		}
+		return out
+	}
+	for pod, containers := range n.Entries {
+		out[pod] = maps.Clone(containers)
+	}
+	return out
 }
 
 // String describes the plan for people, one fact per line.

@@ -217,7 +217,7 @@ func TestPlanRebuild(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			snap := snapshot(t, tt.machine)
-			cfg, err := NewConfig(tt.kc, snap, "")
+			cfg, err := NewConfig(tt.kc, snap, "", rel136)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -260,7 +260,7 @@ func TestPlanRebuild(t *testing.T) {
 
 func TestPlanString(t *testing.T) {
 	snap := snapshot(t, machine(8, 1, 4, 5, 6, 7))
-	cfg, err := NewConfig(kubelet("1"), snap, "/var/lib/kubelet/cpu_manager_state")
+	cfg, err := NewConfig(kubelet("1"), snap, "/var/lib/kubelet/cpu_manager_state", rel136)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +301,7 @@ func TestApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap := snapshot(t, machine(8, 1))
-	cfg, err := NewConfig(kubelet("1"), snap, path)
+	cfg, err := NewConfig(kubelet("1"), snap, path, rel136)
 	if err != nil {
 		t.Fatal(err)
 	}

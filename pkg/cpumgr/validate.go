@@ -47,20 +47,17 @@ func restoreError(rule Rule, reason string, cfg Config) *StartError {
 	return &StartError{Rule: rule, Kubelet: fmt.Sprintf("could not restore state from checkpoint: %s, please drain this node and delete the CPU manager checkpoint file %q before restarting Kubelet", reason, cfg.path())}
 }
 
-func gateIndex(on bool) int {
-	if on {
-		return 1
-	}
-	return 0
-}
-
 func validate(s *State, online cpuset.CPUSet, cfg Config) *StartError {
 	policy := cfg.policy()
 	if policy != PolicyNone && policy != PolicyStatic {
 		return &StartError{Rule: RulePolicy, Kubelet: fmt.Sprintf("unknown policy: \"%s\"", policy)}
 	}
-	if msg := s.loadErr[gateIndex(cfg.PodLevelResourceManagers)]; msg != "" {
+	r := cfg.reader()
+	if msg := s.loadErr[r]; msg != "" {
 		return restoreError(RuleLoad, msg, cfg)
+	}
+	if (r == readV4Off || r == readV4On) && cfg.InPlaceExclusiveCPUs && s.baselineErr != "" {
+		return restoreError(RuleLoad, s.baselineErr, cfg)
 	}
 	if s.PolicyName != policy {
 		return restoreError(RulePolicy, fmt.Sprintf("configured policy %q differs from state checkpoint policy %q", policy, s.PolicyName), cfg)

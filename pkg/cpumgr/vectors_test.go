@@ -71,7 +71,7 @@ func TestVectors(t *testing.T) {
 				t.Errorf("Format = %s, want %s", s.Format, tt.format)
 			}
 			snap := snapshot(t, tt.machine)
-			cfg, err := NewConfig(tt.kc, snap, path)
+			cfg, err := NewConfig(tt.kc, snap, path, rel136)
 			if err != nil {
 				t.Fatalf("NewConfig() error: %v", err)
 			}
@@ -237,7 +237,7 @@ func TestReservedCPUs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			snap := snapshot(t, tt.machine)
-			got, err := ReservedCPUs(tt.kc, snap)
+			got, err := ReservedCPUs(tt.kc, snap, rel136)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("ReservedCPUs() error = %v, want one containing %q", err, tt.wantErr)
