@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,7 +34,7 @@ func preflightEnv(t *testing.T, cpus int) (args []string, statePath string, old 
 		t.Fatal(err)
 	}
 	args = []string{"preflight", "--kubelet-root-dir", root, "--kubelet-config", cfg,
-		"--sysfs-root", filepath.Join(machine, "sys"), "--procfs-root", filepath.Join(machine, "proc")}
+		"--sysfs-root", filepath.Join(machine, "sys"), "--procfs-root", filepath.Join(machine, "proc"), "--kubelet-version", "v1.36.3"}
 	return args, statePath, old
 }
 
@@ -45,12 +46,22 @@ func TestPreflightCommand(t *testing.T) {
 		wantCode    int
 		wantOut     string
 		wantChanged bool
+		wantStderr  string
 	}{
-		{"more CPUs: repaired", 16, nil, 0, "cpu_manager_state: repaired", true},
-		{"more CPUs, dry run: plan only", 16, []string{"--dry-run"}, 0, "cpu_manager_state: would repair", false},
-		{"same CPUs: valid", 8, nil, 0, "cpu_manager_state: valid", false},
-		{"fewer CPUs: needs a person", 4, nil, 2, "what to do: drain the node", false},
-		{"fewer CPUs after a drain", 4, []string{"--allow-drop-assignments"}, 0, "cpu_manager_state: repaired", true},
+		{"more CPUs: repaired", 16, nil, 0, "cpu_manager_state: repaired", true, ""},
+		{"more CPUs, dry run: plan only", 16, []string{"--dry-run"}, 0, "cpu_manager_state: would repair", false, ""},
+		{"same CPUs: valid", 8, nil, 0, "cpu_manager_state: valid", false, ""},
+		{"fewer CPUs: needs a person", 4, nil, 2, "what to do: drain the node", false, ""},
+		{"fewer CPUs after a drain", 4, []string{"--allow-drop-assignments"}, 0, "cpu_manager_state: repaired", true, ""},
+		// A 1.36 file on a node upgraded to 1.37: repaired in 1.37's layout.
+		{"more CPUs, kubelet 1.37", 16, []string{"--kubelet-version", "v1.37.2"}, 0, "cpu_manager_state: repaired", true, ""},
+		{"fewer CPUs, kubelet 1.34", 4, []string{"--kubelet-version", "v1.34.4"}, 2, "what to do: drain the node", false, ""},
+		// A kubelet hotplugd does not know is never blocked, its files never
+		// rewritten.
+		{"fewer CPUs, a 1.38 pre-release", 4, []string{"--kubelet-version", "v1.38.0-alpha.0"}, 0, "cpu_manager_state: unknown", false,
+			"the kubelet is v1.38.0-alpha.0 and hotplugd knows kubelet 1.34, 1.35, 1.36, 1.37 only"},
+		{"more CPUs, kubelet 1.33", 16, []string{"--kubelet-version", "v1.33.7"}, 0, "cpu_manager_state: unknown", false,
+			"kubelet v1.33.7 (hotplugd knows 1.34, 1.35, 1.36, 1.37)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,9 +73,46 @@ func TestPreflightCommand(t *testing.T) {
 			if !strings.Contains(out, tt.wantOut) {
 				t.Errorf("stdout does not say %q:\n%s", tt.wantOut, out)
 			}
+			if tt.wantStderr != "" && (!strings.Contains(stderr, tt.wantStderr) || !strings.Contains(stderr, path)) {
+				t.Errorf("stderr does not say %q and name %s:\n%s", tt.wantStderr, path, stderr)
+			}
 			now, _ := os.ReadFile(path)
 			if changed := string(now) != string(old); changed != tt.wantChanged {
 				t.Errorf("file changed = %v, want %v", changed, tt.wantChanged)
+			}
+		})
+	}
+}
+
+// TestPreflightKubeletBinary: the version comes from the kubelet's own
+// --version; a binary that cannot say leaves the files alone.
+func TestPreflightKubeletBinary(t *testing.T) {
+	dir := t.TempDir()
+	fake := func(name, script string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tt := range []struct {
+		name, bin, wantOut, wantStderr string
+		wantCode                       int
+	}{
+		{"1.36", fake("k136", `echo "Kubernetes v1.36.3"`), "what to do: drain the node", "", 2},
+		{"1.38 alpha", fake("k138", `echo "Kubernetes v1.38.0-alpha.0"`), "cpu_manager_state: unknown", "v1.38.0-alpha.0", 0},
+		{"not a kubelet", fake("other", `echo hello`), "cpu_manager_state: unknown", "cannot tell the kubelet's version", 0},
+		{"missing", filepath.Join(dir, "missing"), "cpu_manager_state: unknown", "cannot tell the kubelet's version", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			args, path, old := preflightEnv(t, 4)
+			args = slices.DeleteFunc(args, func(a string) bool { return a == "--kubelet-version" || a == "v1.36.3" })
+			code, out, stderr := runCmd(append(args, "--kubelet-binary", tt.bin)...)
+			if code != tt.wantCode || !strings.Contains(out, tt.wantOut) || !strings.Contains(stderr, tt.wantStderr) {
+				t.Errorf("exit %d (want %d); stdout (want %q):\n%s\nstderr (want %q):\n%s", code, tt.wantCode, tt.wantOut, out, tt.wantStderr, stderr)
+			}
+			if now, _ := os.ReadFile(path); string(now) != string(old) {
+				t.Error("the file changed")
 			}
 		})
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
@@ -23,6 +25,7 @@ import (
 	"github.com/hotplugd/hotplugd/pkg/debounce"
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
 	"github.com/hotplugd/hotplugd/pkg/kubeletctl"
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/logging"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 	"github.com/hotplugd/hotplugd/pkg/remedy"
@@ -50,6 +53,7 @@ type runOptions struct {
 	KubeAPIBurst   int
 	KubeletConfig  string
 	KubeletRootDir string
+	KubeletVersion string
 	MinMemoryDelta string
 	DryRun         bool
 
@@ -83,6 +87,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 10, "request burst to the API server")
 	fs.StringVar(&o.KubeletConfig, "kubelet-config", "", "the kubelet's KubeletConfiguration file (default: found from the running kubelet's command line, with the flags that override it)")
 	fs.StringVar(&o.KubeletRootDir, "kubelet-root-dir", "", "the kubelet's --root-dir, where its state files are (default: the running kubelet's, else /var/lib/kubelet)")
+	fs.StringVar(&o.KubeletVersion, "kubelet-version", "", "the kubelet's version (vX.Y.Z), which decides the rules hotplugd predicts and repairs by (default: the running kubelet's binary's --version, else its Node's status.nodeInfo.kubeletVersion). A kubelet hotplugd does not know (not 1.34 to 1.37, a pre-release): capacity only, report only")
 	fs.StringVar(&o.MinMemoryDelta, "min-memory-delta", "100Mi", "smallest memory difference that is drift; smaller ones (balloon drivers, kernel reservations) are logged only")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "log what would be written to the Node and what the remedy would do; change nothing")
 
@@ -112,6 +117,11 @@ func (o *runOptions) Validate() error {
 	}
 	if err := o.Logging.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if o.KubeletVersion != "" {
+		if _, err := kubeletversion.Parse(o.KubeletVersion); err != nil {
+			errs = append(errs, fmt.Errorf("--kubelet-version: %w", err))
+		}
 	}
 	q, err := resource.ParseQuantity(o.MinMemoryDelta)
 	switch {
@@ -282,12 +292,23 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (func(*daemon.
 	mode := remedy.Mode(o.Remedy)
 	var kubeletCfg = kubeletconfig.Default()
 	rootDir, healthz, inPlace := "/var/lib/kubelet", "", false
+	rel, limit := o.kubeletRelease(kubelet, client, node, log)
 	if kubelet != nil {
 		kubeletCfg, rootDir, healthz = kubelet.Config, kubelet.RootDir, kubelet.HealthzURL
-		inPlace, _ = kubeletconfig.FeatureGate(kubelet.Config, "InPlaceNodeResourceResize")
+		if rel != nil {
+			inPlace = rel.ResizesInPlace(kubelet.Config.FeatureGates)
+		}
 	} else if mode == remedy.ModeRestartKubelet {
 		log.Warn("the kubelet's configuration is unknown: reporting only (give --kubelet-config, or start hotplugd after the kubelet)")
 		mode = remedy.ModeReport
+	}
+	if rel == nil {
+		// Said once: the log here, the Node's condition message on every
+		// write (Prediction.Limit).
+		log.Warn("a kubelet release hotplugd does not know: predicting capacity only, reporting only, never touching its files", zap.String("why", limit))
+		if mode == remedy.ModeRestartKubelet {
+			mode = remedy.ModeReport
+		}
 	}
 	if o.KubeletRootDir != "" {
 		rootDir = o.KubeletRootDir
@@ -303,7 +324,7 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (func(*daemon.
 
 	var config = kubeletCfg
 	switch {
-	case kubelet == nil:
+	case kubelet == nil, rel == nil:
 		config = nil // allocatable is not predicted without the kubelet's configuration
 	case kubelet.AllocatableIgnoresEviction:
 		// --experimental-allocatable-ignore-eviction: hard eviction is
@@ -314,7 +335,7 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (func(*daemon.
 	return func(d *daemon.Daemon) error {
 		rem, err := remedy.New(remedy.Options{
 			Mode: mode, Settle: o.Settle, Interval: o.RemedyInterval, Timeout: o.RemedyTimeout, DryRun: o.DryRun,
-			RootDir: rootDir, Config: kubeletCfg, HealthzURL: healthz, InPlaceResize: inPlace,
+			RootDir: rootDir, Config: kubeletCfg, Release: rel, HealthzURL: healthz, InPlaceResize: inPlace,
 			Control: control, Node: rep, Snapshot: d.FS().Snapshot, Busy: d.Busy,
 			Log: log, Registerer: metrics.Registry,
 		})
@@ -328,7 +349,9 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (func(*daemon.
 			if res.EventDriven() {
 				rem.Activity(res.Batch.Last)
 			}
-			rep.SetPrediction(predict(res.Snapshot, config, log))
+			p := predict(res.Snapshot, config, log)
+			p.Limit = limit
+			rep.SetPrediction(p)
 		})
 		d.AddTask(rep.Run)
 		d.AddTask(rem.Run)
@@ -349,6 +372,62 @@ func predict(s *topology.Snapshot, cfg *kubeletv1beta1.KubeletConfiguration, log
 		p.Allocatable = alloc
 	}
 	return p
+}
+
+// kubeletRelease decides which kubelet release hotplugd predicts for, and
+// returns it, or nil and why not (for the log and the Node's condition):
+//
+//  1. --kubelet-version, when the operator states it;
+//  2. the running kubelet's binary, /proc/<pid>/exe --version. It wins over
+//     the Node because it is the process whose configuration hotplugd read,
+//     it needs no API call, and it is the version on the node now: the Node's
+//     kubeletVersion is only what the kubelet last reported, and a binary
+//     replaced on disk since the start is refused (a restart would start
+//     another version);
+//  3. the Node's status.nodeInfo.kubeletVersion, when hotplugd cannot run
+//     the kubelet's binary (a pod without ptrace access to it, a
+//     --kubelet-config without a running kubelet).
+func (o *runOptions) kubeletRelease(k *kubeletconfig.Kubelet, client kubernetes.Interface, node string, log *zap.Logger) (*kubeletversion.Release, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var v kubeletversion.Version
+	var why []string
+	source := ""
+	if o.KubeletVersion != "" {
+		v, source = kubeletversion.MustParse(o.KubeletVersion), "--kubelet-version"
+	}
+	if source == "" && k != nil && k.PID != 0 {
+		var err error
+		if v, err = kubeletversion.FromProcess(ctx, o.ProcfsRoot, k.PID); err == nil {
+			source = "the kubelet's binary"
+		} else {
+			why = append(why, err.Error())
+		}
+	}
+	if source == "" && client != nil {
+		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			why = append(why, fmt.Sprintf("reading Node %s: %v", node, err))
+		case n.Status.NodeInfo.KubeletVersion == "":
+			why = append(why, fmt.Sprintf("Node %s reports no kubeletVersion", node))
+		default:
+			if v, err = kubeletversion.Parse(n.Status.NodeInfo.KubeletVersion); err == nil {
+				source = "the Node's status.nodeInfo.kubeletVersion"
+			} else {
+				why = append(why, err.Error())
+			}
+		}
+	}
+	if source == "" {
+		return nil, "capacity only, no remedy: the kubelet's version is unknown (" + strings.Join(why, "; ") + ")"
+	}
+	rel, err := kubeletversion.Lookup(v)
+	if err != nil {
+		return nil, fmt.Sprintf("capacity only, no remedy: kubelet %s is not a release hotplugd knows (it knows %s)", v, kubeletversion.Known())
+	}
+	log.Info("kubelet release", zap.String("version", v.String()), zap.String("from", source), zap.Stringer("rules", rel))
+	return rel, ""
 }
 
 // kubelet finds the kubelet's configuration: --kubelet-config, else the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -116,5 +117,38 @@ func TestFromBinary(t *testing.T) {
 	}
 	if _, err := FromBinary(context.Background(), filepath.Join(dir, "missing")); err == nil {
 		t.Error("FromBinary(missing) succeeded")
+	}
+}
+
+func TestFromProcess(t *testing.T) {
+	// This test's own process is not a kubelet: its --version is not
+	// Kubernetes'; a process that does not exist has no exe.
+	if _, err := FromProcess(context.Background(), "/proc", 1<<30); err == nil {
+		t.Error("FromProcess(no such pid) succeeded")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kubelet")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho 'Kubernetes v1.35.4'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A fake procfs: <root>/<pid>/exe is a symlink to the binary.
+	proc := filepath.Join(dir, "proc")
+	if err := os.MkdirAll(filepath.Join(proc, "42"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bin, filepath.Join(proc, "42", "exe")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := FromProcess(context.Background(), proc, 42); err != nil || v.String() != "v1.35.4" {
+		t.Errorf("FromProcess = %v, %v; want v1.35.4", v, err)
+	}
+	if err := os.MkdirAll(filepath.Join(proc, "43"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bin+" (deleted)", filepath.Join(proc, "43", "exe")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FromProcess(context.Background(), proc, 43); err == nil || !strings.Contains(err.Error(), "replaced on disk") {
+		t.Errorf("FromProcess(deleted binary) = %v, want an error that says it was replaced", err)
 	}
 }

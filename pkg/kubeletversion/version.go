@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -113,4 +116,22 @@ func firstLine(b []byte) string {
 		b = b[:80]
 	}
 	return string(b)
+}
+
+// FromProcess returns the version of the running kubelet pid under procRoot
+// (/proc, or /host/proc in a pod with hostPID) by running its executable,
+// procRoot/<pid>/exe, with --version: the binary the process runs, whatever
+// its path. A binary replaced on disk since the process started (an
+// upgrade: the link reads "... (deleted)") is an error: a restart would start
+// another kubelet, whose version this is not.
+func FromProcess(ctx context.Context, procRoot string, pid int) (Version, error) {
+	exe := filepath.Join(procRoot, strconv.Itoa(pid), "exe")
+	target, err := os.Readlink(exe)
+	if err != nil {
+		return Version{}, fmt.Errorf("kubeletversion: %w", err)
+	}
+	if strings.HasSuffix(target, " (deleted)") {
+		return Version{}, fmt.Errorf("kubeletversion: the kubelet's binary %s was replaced on disk after it started: a restart would start another version", strings.TrimSuffix(target, " (deleted)"))
+	}
+	return FromBinary(ctx, exe)
 }

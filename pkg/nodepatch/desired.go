@@ -85,6 +85,9 @@ func desiredFor(node *v1.Node, p Prediction, drift Drift, note Note, now time.Ti
 			cond.Message += "; " + note.Message
 		}
 	}
+	if p.Limit != "" {
+		cond.Message += "; " + p.Limit
+	}
 	stamp := metav1.NewTime(now.Truncate(time.Second))
 	cond.LastHeartbeatTime, cond.LastTransitionTime = stamp, stamp
 	if old := findCondition(node); old != nil {

@@ -2,6 +2,7 @@ package nodepatch
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,6 +120,19 @@ func TestDesiredLifecycle(t *testing.T) {
 	step(t4, Note{})
 	if _, ok := node.Annotations[AnnotationAllocatable]; ok {
 		t.Errorf("allocatable annotation kept: %v", node.Annotations)
+	}
+
+	// 7. A kubelet hotplugd does not know: the condition says why the
+	// prediction is capacity only, drift or not.
+	pred.Limit = "capacity only: kubelet v1.38.0-alpha.0 is a pre-release"
+	step(t4, Note{})
+	if c := findCondition(node); c.Status != v1.ConditionTrue || !strings.HasSuffix(c.Message, "capacity cpu 1 -> 2; "+pred.Limit) {
+		t.Errorf("drift with a limit: %+v", c)
+	}
+	node.Status.Capacity = list("cpu", "2", "memory", "1Gi")
+	step(t4, Note{})
+	if c := findCondition(node); c.Status != v1.ConditionFalse || c.Message != currentMessage+"; "+pred.Limit {
+		t.Errorf("current with a limit: %+v", c)
 	}
 }
 

@@ -18,6 +18,10 @@ type Prediction struct {
 	// Allocatable is nil when the kubelet's configuration is unknown; then
 	// only capacity is compared.
 	Allocatable v1.ResourceList
+	// Limit says why the prediction is narrower than usual (a kubelet
+	// release hotplugd does not know: capacity only, no remedy); it is
+	// appended to the condition's message. "" normally.
+	Limit string
 }
 
 // Field is the part of node.status a difference is in.

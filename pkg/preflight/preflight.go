@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/hotplugd/hotplugd/pkg/cpumgr"
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/memmgr"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
@@ -31,6 +33,10 @@ const (
 	Repaired    Verdict = "repaired"     // backed up and rewritten for this machine
 	WouldRepair Verdict = "would repair" // DryRun: repairable, nothing written
 	NeedsPerson Verdict = "needs a person"
+	// Unknown: hotplugd cannot judge the file (a kubelet version or a
+	// layout it does not know). The file is left untouched and the kubelet
+	// starts as it would without hotplugd: a warning, never a block.
+	Unknown Verdict = "unknown"
 )
 
 // Options say where the files are and what may be done.
@@ -40,6 +46,12 @@ type Options struct {
 	RootDir string
 	// Config is the kubelet's configuration.
 	Config *kubeletv1beta1.KubeletConfiguration
+	// Release is the release row of the kubelet about to start; nil when its
+	// version is unknown (Version says what was found): then Run checks
+	// nothing and rewrites nothing, and every file gets the verdict Unknown.
+	Release *kubeletversion.Release
+	// Version is the kubelet's version as found (zero when none was).
+	Version kubeletversion.Version
 	// DryRun plans without writing.
 	DryRun bool
 	// AllowDrop lets a repair drop the assignments that lost their CPUs or
@@ -58,7 +70,7 @@ type Result struct {
 	Plan string `json:"plan,omitempty"`
 	// Backup is the copy of the old file, when it was rewritten.
 	Backup string `json:"backup,omitempty"`
-	// Why and Todo explain a NeedsPerson verdict.
+	// Why and Todo explain a NeedsPerson or Unknown verdict.
 	Why  string `json:"why,omitempty"`
 	Todo string `json:"todo,omitempty"`
 }
@@ -66,6 +78,18 @@ type Result struct {
 // Report is the outcome for both files.
 type Report struct {
 	Results []Result `json:"results"`
+}
+
+// Warnings are the Unknown verdicts, one line each, for the log: the file,
+// the kubelet's version and why hotplugd stepped aside.
+func (r Report) Warnings() []string {
+	var out []string
+	for _, res := range r.Results {
+		if res.Verdict == Unknown {
+			out = append(out, fmt.Sprintf("%s: not checked, left as it is: %s", res.Path, res.Why))
+		}
+	}
+	return out
 }
 
 // NeedsPerson reports whether some file needs a person.
@@ -101,12 +125,35 @@ func (r Report) String() string {
 	return b.String()
 }
 
-// Run checks both state files against snap.
+// Run checks both state files against snap, for the kubelet release
+// o.Release. Without a release (a kubelet version hotplugd does not know, or
+// none found) it reads nothing but whether each file exists, and reports
+// the files that do as Unknown: hotplugd never blocks or rewrites the files
+// of a kubelet whose rules it does not know.
 func Run(snap *topology.Snapshot, o Options) Report {
 	if o.Now.IsZero() {
 		o.Now = time.Now()
 	}
+	if o.Release == nil {
+		return Report{Results: []Result{unknownKubelet(CPUManagerState, o), unknownKubelet(MemoryManagerState, o)}}
+	}
 	return Report{Results: []Result{check(cpuManager(snap, o), o), check(memoryManager(snap, o), o)}}
+}
+
+func unknownKubelet(file string, o Options) Result {
+	path := filepath.Join(o.RootDir, file)
+	res := Result{File: file, Path: path, Verdict: Absent}
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return res
+	}
+	version := "of unknown version"
+	if !o.Version.IsZero() {
+		version = o.Version.String()
+	}
+	res.Verdict = Unknown
+	res.Why = fmt.Sprintf("the kubelet is %s and hotplugd knows kubelet %s only", version, kubeletversion.Known())
+	res.Todo = "nothing: the kubelet validates the file itself; to have hotplugd check it, give the kubelet's version (--kubelet-binary or --kubelet-version) or use a hotplugd release that knows it"
+	return res
 }
 
 const drainTodo = "drain the node (kubectl drain), then run hotplugd preflight --allow-drop-assignments; or restore the CPUs or memory the pods were using"
@@ -150,7 +197,7 @@ func cpuManager(snap *topology.Snapshot, o Options) manager {
 			if err != nil {
 				return loaded{}, err
 			}
-			cfg, err := cpumgr.NewConfig(o.Config, snap, path)
+			cfg, err := cpumgr.NewConfig(o.Config, snap, path, o.Release)
 			if err != nil {
 				return loaded{}, fmt.Errorf("%w: %w", errConfig, err)
 			}
@@ -188,7 +235,7 @@ func memoryManager(snap *topology.Snapshot, o Options) manager {
 			if err != nil {
 				return loaded{}, err
 			}
-			cfg, err := memmgr.NewConfig(o.Config, snap, path)
+			cfg, err := memmgr.NewConfig(o.Config, snap, path, o.Release)
 			if err != nil {
 				return loaded{}, fmt.Errorf("%w: %w", errConfig, err)
 			}
@@ -230,6 +277,11 @@ func check(m manager, o Options) Result {
 		return res
 	case errors.Is(err, errConfig):
 		return needsPerson(res, err, m.configTodo)
+	case errors.Is(err, cpumgr.ErrUnsupportedFormat), errors.Is(err, memmgr.ErrUnsupportedFormat):
+		res.Verdict = Unknown
+		res.Why = fmt.Sprintf("a layout hotplugd cannot read, for %s: %v", o.Release, err)
+		res.Todo = "nothing: the kubelet validates the file itself"
+		return res
 	case err != nil:
 		return needsPerson(res, err, unreadableTodo(path))
 	}

@@ -1,6 +1,7 @@
 package preflight
 
 import (
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,7 +43,7 @@ func staticConfig(t *testing.T) Options {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Options{RootDir: t.TempDir(), Config: cfg, Now: time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)}
+	return Options{RootDir: t.TempDir(), Config: cfg, Release: rel136, Now: time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)}
 }
 
 func install(t *testing.T, o Options, vector string) []byte {
@@ -109,7 +110,7 @@ func TestCPUUpgradeIsRepaired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := cpumgr.NewConfig(o.Config, snap, r.Path)
+	cfg, err := cpumgr.NewConfig(o.Config, snap, r.Path, rel136)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := Options{RootDir: t.TempDir(), Config: cfg, Now: time.Now()}
+	o := Options{RootDir: t.TempDir(), Config: cfg, Release: rel136, Now: time.Now()}
 	old, err := os.ReadFile("../memmgr/testdata/m04-static-1-entry.memory_manager_state")
 	if err != nil {
 		t.Fatal(err)
@@ -205,3 +206,5 @@ reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]
 		t.Errorf("second run: %+v, want valid", r)
 	}
 }
+
+var rel136 = kubeletversion.ByMinor(36)

@@ -48,8 +48,12 @@ type Inputs struct {
 	// rate limit between attempts.
 	LastAttempt time.Time
 	Interval    time.Duration
-	// InPlaceResize is true when the kubelet runs with the
-	// InPlaceNodeResourceResize feature gate on.
+	// InPlaceResize is true when the kubelet follows the machine's CPUs
+	// and memory itself (kubeletversion.Release.ResizesInPlace: a release
+	// with the InPlaceNodeResourceResize gate of KEP-3953, with the gate
+	// on). No kubelet up to 1.37 has that gate, and a kubelet refuses gates
+	// it does not know, so today it is always false: it turns on when a
+	// release row in pkg/kubeletversion gains the gate and a node enables it.
 	InPlaceResize bool
 }
 

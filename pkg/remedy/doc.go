@@ -19,9 +19,11 @@
 // Decide is the whole policy as a pure function over explicit inputs (a
 // Plan can be printed and asserted); the Remedier only executes plans, from
 // one goroutine, so two remedies never overlap. Attempts are rate-limited
-// (one per Interval, whatever the outcome), and a kubelet running with the
-// InPlaceNodeResourceResize feature gate is only reported on: it follows the
-// machine itself. In dry-run mode the plan is logged and nothing is changed.
+// (one per Interval, whatever the outcome), and a kubelet that resizes its
+// node in place (the InPlaceNodeResourceResize feature gate, which no release
+// up to 1.37 has; keyed by release in pkg/kubeletversion) is only reported
+// on: it follows the machine itself. A kubelet of a release hotplugd does not
+// know gets no remedy at all (cmd/hotplugd reports only). In dry-run mode the plan is logged and nothing is changed.
 //
 // On the host it touches: the kubelet's service (stop, start), the state
 // files under the kubelet's root directory, and the kubelet's healthz.

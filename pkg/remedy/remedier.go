@@ -15,6 +15,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 	"github.com/hotplugd/hotplugd/pkg/preflight"
 	"github.com/hotplugd/hotplugd/pkg/statefile"
@@ -58,6 +59,9 @@ type Options struct {
 	Config  *kubeletv1beta1.KubeletConfiguration
 	// HealthzURL is the kubelet's healthz; "" skips that wait.
 	HealthzURL string
+	// Release is the kubelet's release row; required for ModeRestartKubelet
+	// (the state files are repaired by its rules).
+	Release *kubeletversion.Release
 	// InPlaceResize: the kubelet follows the machine itself; report only.
 	InPlaceResize bool
 
@@ -117,6 +121,9 @@ type Remedier struct {
 func New(o Options) (*Remedier, error) {
 	if o.Node == nil || o.Snapshot == nil {
 		return nil, errors.New("remedy: a node view and a snapshot function are required")
+	}
+	if o.Mode == ModeRestartKubelet && o.Release == nil {
+		return nil, errors.New("remedy: --remedy=restart-kubelet needs the kubelet's release (programmer error: report only when it is unknown)")
 	}
 	if o.Mode == ModeRestartKubelet && o.Control == nil {
 		return nil, errors.New("remedy: --remedy=restart-kubelet needs a way to stop and start the kubelet")
@@ -270,7 +277,7 @@ func (m *Remedier) restart(ctx context.Context, plan Plan) Attempt {
 	if err != nil {
 		return m.fail(Attempt{}, fmt.Errorf("remedy: reading the topology: %w", err), next, false)
 	}
-	pf := preflight.Options{RootDir: m.o.RootDir, Config: m.o.Config, Now: m.clock.Now()}
+	pf := preflight.Options{RootDir: m.o.RootDir, Config: m.o.Config, Release: m.o.Release, Now: m.clock.Now()}
 
 	// Plan the repair first: when it needs a person, the kubelet is left
 	// running as it is.

@@ -3,6 +3,7 @@ package remedy
 import (
 	"context"
 	"errors"
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"os"
 	"path/filepath"
 	"slices"
@@ -163,7 +164,7 @@ func newRig(t *testing.T, cpus int, change func(*Options)) *rig {
 	r.kubelet = &fakeKubelet{node: r.node, fixes: true, path: state}
 	o := Options{
 		Mode: ModeRestartKubelet, Settle: 3 * time.Second, Interval: 10 * time.Minute, Timeout: 300 * time.Millisecond,
-		RootDir: kubeletRoot, Config: cfg,
+		RootDir: kubeletRoot, Config: cfg, Release: kubeletversion.ByMinor(36),
 		Control: r.kubelet, Node: r.node, Snapshot: fs.Snapshot,
 		Busy:  func() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.isBusy },
 		Clock: r.clock,

@@ -32,7 +32,7 @@ func TestBootPreflight(t *testing.T) {
 		// As deploy/systemd/kubelet.service.d/10-hotplugd-preflight.conf:
 		// the kubelet starts only when the preflight succeeded.
 		script := shellQuote(s.hotplugd) + " preflight --kubelet-root-dir " + shellQuote(k.RootDir) +
-			" --kubelet-config " + shellQuote(k.Config) + " && " + shellQuote(k.StartScript)
+			" --kubelet-config " + shellQuote(k.Config) + " --kubelet-binary " + shellQuote(s.kubeletBin) + " && " + shellQuote(k.StartScript)
 		t0 := time.Now()
 		out, err := exec.Command("/bin/sh", "-c", script).CombinedOutput()
 		started := time.Since(t0)
