@@ -29,7 +29,7 @@ type snapshotOptions struct {
 func (o *snapshotOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.SysfsRoot, "sysfs-root", "/sys", "sysfs mount to read the topology from (e.g. /host/sys in a container, or a fixture tree)")
 	fs.StringVar(&o.ProcfsRoot, "procfs-root", "/proc", "procfs mount to read meminfo from (e.g. /host/proc)")
-	fs.StringVar(&o.KubeletConfig, "kubelet-config", "", "KubeletConfiguration file used to predict allocatable (default: a kubelet with no config file, i.e. only the default evictionHard memory.available=100Mi)")
+	fs.StringVar(&o.KubeletConfig, "kubelet-config", "", "KubeletConfiguration file used to predict allocatable (default: a kubelet with no config file, which reserves nothing: the kubelet applies its default evictionHard, memory.available=100Mi and others, only to a loaded config file, so allocatable equals capacity)")
 	fs.StringVarP(&o.Output, "output", "o", "table", "output format: table (a summary), wide (table plus one line per CPU) or json (everything)")
 }
 

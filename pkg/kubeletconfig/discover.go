@@ -123,19 +123,6 @@ func FromArgs(args []string, fsRoot string) (*Kubelet, error) {
 	return k, nil
 }
 
-// FeatureGate reports the value of a feature gate in the effective
-// configuration c (Kubelet.Config, where --feature-gates are already merged
-// over the file's featureGates) and whether it is set at all. When it is not
-// set, the kubelet uses its version's default, which this package does not
-// know. AllAlpha and AllBeta are not expanded: they are gates of their own.
-func FeatureGate(c *kubeletv1beta1.KubeletConfiguration, name string) (value, set bool) {
-	if c == nil {
-		return false, false
-	}
-	value, set = c.FeatureGates[name]
-	return value, set
-}
-
 // build computes the effective configuration from a kubelet command line, in
 // the kubelet's order (cmd/kubelet/app/server.go NewKubeletCommand): the
 // --config file with its defaults (or the defaults alone), the --config-dir

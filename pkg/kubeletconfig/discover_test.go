@@ -571,30 +571,6 @@ func TestFromArgs(t *testing.T) {
 	})
 }
 
-func TestFeatureGate(t *testing.T) {
-	c := Default()
-	c.FeatureGates = map[string]bool{"On": true, "Off": false}
-	tests := []struct {
-		name           string
-		c              *kubeletv1beta1.KubeletConfiguration
-		gate           string
-		wantV, wantSet bool
-	}{
-		{"enabled", c, "On", true, true},
-		{"disabled", c, "Off", false, true},
-		{"not set", c, "Other", false, false},
-		{"case matters", c, "on", false, false},
-		{"no configuration", nil, "On", false, false},
-		{"no gates", Default(), "On", false, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if v, set := FeatureGate(tt.c, tt.gate); v != tt.wantV || set != tt.wantSet {
-				t.Errorf("FeatureGate(%q) = %v, %v; want %v, %v", tt.gate, v, set, tt.wantV, tt.wantSet)
-			}
-		})
-	}
-}
 
 func TestHealthzURL(t *testing.T) {
 	tests := []struct {

@@ -24,8 +24,10 @@ const (
 )
 
 // DefaultEvictionHard is the kubelet's hard eviction default on Linux
-// (pkg/kubelet/eviction/defaults_linux.go), used when the configuration sets
-// no evictionHard at all.
+// (pkg/kubelet/eviction/defaults_linux.go), used when a loaded configuration
+// file sets no evictionHard at all. It is the same in every release hotplugd
+// knows (kubeletversion.Release.EvictionHard, 1.34 to 1.37; a test keeps the
+// two equal), so it is applied before the kubelet's version is known.
 func DefaultEvictionHard() map[string]string {
 	return map[string]string{
 		"memory.available":   "100Mi",

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 )
 
 func TestParse(t *testing.T) {
@@ -145,3 +147,15 @@ func TestParseDefaultsAreFresh(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestDefaultEvictionHardEveryRelease: the defaults a loaded file gets are
+// the same in every kubelet release hotplugd knows (the release table, each
+// row checked against its release's own code by test/kubeletcompat); a
+// release that changes them must change this package too.
+func TestDefaultEvictionHardEveryRelease(t *testing.T) {
+	for _, r := range kubeletversion.Releases() {
+		if diff := cmp.Diff(r.EvictionHardDefault(), DefaultEvictionHard()); diff != "" {
+			t.Errorf("%s: evictionHard defaults differ (-release +kubeletconfig):\n%s", r, diff)
+		}
+	}
+}
