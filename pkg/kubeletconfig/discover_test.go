@@ -571,7 +571,6 @@ func TestFromArgs(t *testing.T) {
 	})
 }
 
-
 func TestHealthzURL(t *testing.T) {
 	tests := []struct {
 		addr string
