@@ -124,11 +124,23 @@ var nodeSeq int
 // does (plus pods, which hotplugd must leave alone).
 func createNode(t testing.TB, c kubernetes.Interface, prefix string, capacity, allocatable v1.ResourceList) string {
 	t.Helper()
+	return createNodeOf(t, c, prefix, "v1.36.3", capacity, allocatable)
+}
+
+// createNodeOf registers a Node as a kubelet of the given version does:
+// status.nodeInfo.kubeletVersion is how hotplugd learns the version of a
+// kubelet it does not see as a process (--kubelet-config).
+func createNodeOf(t testing.TB, c kubernetes.Interface, prefix, kubeletVersion string, capacity, allocatable v1.ResourceList) string {
+	t.Helper()
 	nodeSeq++
 	name := fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), nodeSeq)
 	ctx := context.Background()
 	n, err := c.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"kubeletVersion": kubeletVersion}}})
+	if _, err := c.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, b, metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)
 	}
 	setStatus(t, c, n.Name, capacity, allocatable)
@@ -313,6 +325,40 @@ func TestIntegrationNodeReport(t *testing.T) {
 	}
 	if w := d.Metric(`hotplugd_node_writes_total{what="status"}`); w != 0 {
 		t.Errorf("the restarted daemon wrote the status %v times, want 0", w)
+	}
+}
+
+// TestIntegrationUnknownKubelet: a Node whose kubelet is a release hotplugd
+// does not know (a 1.38 pre-release) gets the capacity drift reported, with
+// the reason it is capacity only in the condition's message and no
+// allocatable prediction, and --remedy=restart-kubelet restarts nothing.
+func TestIntegrationUnknownKubelet(t *testing.T) {
+	srv := sharedAPIServer(t)
+	c := srv.Client()
+	cfg := kubeletConfig(t)
+	capacity, allocatable := machineStatus(t, cfg)
+	node := createNodeOf(t, c, "unknown", "v1.38.0-alpha.0", withCPU(capacity, "64"), withCPU(allocatable, "63900m"))
+	calls := filepath.Join(t.TempDir(), "calls")
+	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kubeconfigFor(t, srv), "--kubelet-config", cfg,
+		"--kubelet-root-dir", t.TempDir(), "--resync", "0", "--remedy", "restart-kubelet", "--settle", "100ms",
+		"--kubelet-stop-command", "echo stop >> "+calls, "--kubelet-start-command", "echo start >> "+calls)
+	d.WaitFor(10*time.Second, func(e logEntry) bool {
+		return strings.HasPrefix(e.Msg, "a kubelet release hotplugd does not know")
+	})
+	cond, n, _ := waitCondition(t, c, node, v1.ConditionTrue, 10*time.Second)
+	wantWhy := "capacity only, no remedy: kubelet v1.38.0-alpha.0 is not a release hotplugd knows (it knows 1.34, 1.35, 1.36, 1.37)"
+	if !strings.Contains(cond.Message, fmt.Sprintf("capacity cpu 64 -> %s", q(capacity, "cpu"))) || !strings.HasSuffix(cond.Message, wantWhy) {
+		t.Errorf("condition message %q, want the capacity drift and %q", cond.Message, wantWhy)
+	}
+	if a, ok := n.Annotations[nodepatch.AnnotationAllocatable]; ok {
+		t.Errorf("allocatable predicted for an unknown kubelet: %q", a)
+	}
+	time.Sleep(time.Second) // well past --settle
+	if b, err := os.ReadFile(calls); err == nil {
+		t.Errorf("the kubelet of an unknown release was restarted: %s", b)
+	}
+	if r := d.Metric(`hotplugd_kubelet_restarts_total`); r != 0 {
+		t.Errorf("hotplugd_kubelet_restarts_total = %v", r)
 	}
 }
 
