@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestFixtures(t *testing.T) {
@@ -67,6 +69,18 @@ func TestFixtures(t *testing.T) {
 			},
 		},
 		{
+			// Not checked in: every physical_package_id reads -1.
+			name: "powervm-lpar", online: "0-12,14-15\n", offline: []int{13},
+			link: [2]string{"node/node0/cpu13", "../../cpu/cpu13"},
+			files: map[string]string{
+				"sys/devices/system/node/node1/cpulist":                     "2-3,6-7,10-11,14-15\n",
+				"sys/devices/system/cpu/cpu0/topology/physical_package_id":  "-1\n",
+				"sys/devices/system/cpu/cpu15/topology/physical_package_id": "-1\n",
+				"sys/devices/system/cpu/cpu15/topology/core_id":             "3\n",
+				"sys/devices/system/cpu/cpu9/topology/thread_siblings_list": "1,5,9\n",
+			},
+		},
+		{
 			name: "no-hugepages", online: "0-1\n",
 			link: [2]string{"node/node0/cpu1", "../../cpu/cpu1"},
 			absent: []string{
@@ -80,6 +94,7 @@ func TestFixtures(t *testing.T) {
 	for _, f := range Fixtures() {
 		machines[f.Name] = f.Machine
 	}
+	machines["powervm-lpar"] = PowerVMLPAR()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m, ok := machines[tt.name]
@@ -261,6 +276,10 @@ func TestValidate(t *testing.T) {
 		{"cpu in two nodes", func(m *Machine) { m.Nodes = append(m.Nodes, Node{CPUs: []int{1}}) }},
 		{"unsupported hugepage size", func(m *Machine) { m.Nodes[0].HugePages = map[int]int{2048: 1} }},
 		{"dies do not divide cores", func(m *Machine) { m.DiesPerSocket = 3 }},
+		{"unknown package id of an offline cpu", func(m *Machine) {
+			m.OfflineCPUs, m.UnknownPackageIDs = []int{1}, []int{1}
+		}},
+		{"unknown core id of no cpu", func(m *Machine) { m.UnknownCoreIDs = []int{2} }},
 	}
 	if err := ok.WriteTar(io.Discard); err != nil {
 		t.Fatalf("valid machine: %v", err)
@@ -272,6 +291,61 @@ func TestValidate(t *testing.T) {
 		if err := m.WriteTar(io.Discard); err == nil {
 			t.Errorf("%s: WriteTar succeeded", tt.name)
 		}
+	}
+}
+
+// TestUnknownIDs checks that an unknown package or core id reads -1 in
+// sysfs and in /proc/cpuinfo, and only for the CPUs named.
+func TestUnknownIDs(t *testing.T) {
+	m := Machine{
+		Sockets: 2, CoresPerSocket: 2, ThreadsPerCore: 1,
+		Nodes:             []Node{{CPUs: CPUs(0, 1)}, {CPUs: CPUs(2, 3)}},
+		UnknownPackageIDs: []int{2, 3},
+		UnknownCoreIDs:    []int{1, 3},
+	}
+	dir := shmTempDir(t)
+	if err := m.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	type ids struct{ Package, Core string }
+	var got, gotInfo []ids
+	for cpu := range 4 {
+		var id ids
+		for _, f := range []struct {
+			name string
+			dst  *string
+		}{{"physical_package_id", &id.Package}, {"core_id", &id.Core}} {
+			b, err := os.ReadFile(filepath.Join(dir, "sys/devices/system/cpu", "cpu"+strconv.Itoa(cpu), "topology", f.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			*f.dst = strings.TrimSpace(string(b))
+		}
+		got = append(got, id)
+	}
+	info, err := os.ReadFile(filepath.Join(dir, "proc/cpuinfo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, block := range strings.Split(strings.TrimSpace(string(info)), "\n\n") {
+		var id ids
+		for _, line := range strings.Split(block, "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			switch strings.TrimSpace(k) {
+			case "physical id":
+				id.Package = strings.TrimSpace(v)
+			case "core id":
+				id.Core = strings.TrimSpace(v)
+			}
+		}
+		gotInfo = append(gotInfo, id)
+	}
+	want := []ids{{"0", "0"}, {"0", "-1"}, {"-1", "0"}, {"-1", "-1"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("unexpected sysfs ids (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, gotInfo); diff != "" {
+		t.Errorf("unexpected /proc/cpuinfo ids (-want +got):\n%s", diff)
 	}
 }
 

@@ -77,6 +77,31 @@ func large448() Machine {
 	return m
 }
 
+// PowerVMLPAR is a logical partition as PowerVM shows it to Linux: one
+// chip's 4 cores x 4 threads (SMT4) split over 2 NUMA nodes, every
+// physical_package_id -1 (the firmware gives no chip id), cpu13 offline. It
+// is not one of the checked-in Fixtures (each of those has golden output in
+// several packages); tests write it with WriteDir.
+func PowerVMLPAR() Machine {
+	// cpu = thread*4 + core: node0 has cores 0-1, node1 cores 2-3.
+	m := Machine{
+		Sockets: 1, CoresPerSocket: 4, ThreadsPerCore: 4,
+		OfflineCPUs: []int{13},
+		Nodes: []Node{
+			{CPUs: []int{0, 1, 4, 5, 8, 9, 12, 13}, MemTotalKB: 8388608, HugePages: map[int]int{kb2M: 64}},
+			{CPUs: []int{2, 3, 6, 7, 10, 11, 14, 15}, MemTotalKB: 8388608, HugePages: map[int]int{kb2M: 64}},
+		},
+		MemoryBlockSize: 256 * mib, MemoryBlocks: Blocks(64),
+		HugePageSizesKB: []int{kb2M},
+	}
+	for cpu := range m.NumCPUs() {
+		if m.online(cpu) {
+			m.UnknownPackageIDs = append(m.UnknownPackageIDs, cpu)
+		}
+	}
+	return m
+}
+
 // OneNode is the small machine unit tests build: one socket of cpus cores
 // (one thread each), one NUMA node with memKB of memory in 128 MiB blocks,
 // and the 2048 kB hugepage size with pages2M pages on the node.

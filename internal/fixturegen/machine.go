@@ -17,6 +17,15 @@ type Machine struct {
 	OfflineCPUs    []int // must not contain 0 (x86 cannot offline cpu0)
 	KernelMax      int   // cpu/kernel_max (NR_CPUS-1); 0 means 8191
 
+	// UnknownPackageIDs and UnknownCoreIDs are online CPUs whose
+	// topology/physical_package_id or topology/core_id reads -1, the
+	// kernel's value for an id it does not know (physical_package_id on a
+	// PowerVM LPAR, whose firmware gives no chip id). /proc/cpuinfo shows
+	// the same -1 in "physical id" or "core id", as x86 prints the ids sysfs
+	// has; sibling lists still follow the layout.
+	UnknownPackageIDs []int
+	UnknownCoreIDs    []int
+
 	// NoNUMA omits /sys/devices/system/node, as a kernel without
 	// CONFIG_NUMA does. Nodes must still hold one node: it supplies the
 	// memory and hugepage counts behind the global files.
@@ -91,6 +100,20 @@ func (m Machine) dies() int { return max(m.DiesPerSocket, 1) }
 
 func (m Machine) online(cpu int) bool { return !slices.Contains(m.OfflineCPUs, cpu) }
 
+// ids returns the package and core id the kernel shows for cpu: its
+// location's, or -1 where the machine makes it unknown.
+func (m Machine) ids(cpu int) (pkg, core int) {
+	l := m.loc(cpu)
+	pkg, core = l.socket, l.core
+	if slices.Contains(m.UnknownPackageIDs, cpu) {
+		pkg = -1
+	}
+	if slices.Contains(m.UnknownCoreIDs, cpu) {
+		core = -1
+	}
+	return pkg, core
+}
+
 // onlineWhere returns the online CPUs for which keep is true.
 func (m Machine) onlineWhere(keep func(int) bool) []int {
 	var c []int
@@ -134,6 +157,12 @@ func (m Machine) validate() error {
 	for _, c := range m.OfflineCPUs {
 		if c <= 0 || c >= n {
 			return fmt.Errorf("fixturegen: offline cpu %d: not in 1..%d", c, n-1)
+		}
+	}
+	for _, c := range slices.Concat(m.UnknownPackageIDs, m.UnknownCoreIDs) {
+		// An offline CPU has no topology directory to hold the -1.
+		if c < 0 || c >= n || !m.online(c) {
+			return fmt.Errorf("fixturegen: unknown topology id of cpu %d: not an online cpu", c)
 		}
 	}
 	if len(m.Nodes) == 0 {
@@ -219,9 +248,10 @@ func (m Machine) buildCPU(t *tree) {
 			continue
 		}
 		l := m.loc(cpu)
-		t.file(c+"topology/physical_package_id", "%d\n", l.socket)
+		pkg, core := m.ids(cpu)
+		t.file(c+"topology/physical_package_id", "%d\n", pkg)
 		t.file(c+"topology/die_id", "%d\n", l.die)
-		t.file(c+"topology/core_id", "%d\n", l.core)
+		t.file(c+"topology/core_id", "%d\n", core)
 		t.file(c+"topology/thread_siblings_list", "%s", rangeList(m.onlineWhere(func(o int) bool {
 			ol := m.loc(o)
 			return ol.socket == l.socket && ol.core == l.core

@@ -131,6 +131,7 @@ func (m Machine) cpuinfo() []byte {
 			cores[m.loc(o).core] = true
 		}
 		apic := l.socket<<(coreBits+threadBits) | l.core<<threadBits | l.thread
+		pkgID, coreID := m.ids(cpu)
 		fmt.Fprintf(&b, "processor\t: %d\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"+
 			"model name\t: Intel(R) Xeon(R) Platinum 8480+\nstepping\t: 8\nmicrocode\t: 0x2b000571\n"+
 			"cpu MHz\t\t: 2000.000\ncache size\t: 107520 KB\nphysical id\t: %d\nsiblings\t: %d\n"+
@@ -139,7 +140,7 @@ func (m Machine) cpuinfo() []byte {
 			"flags\t\t: %s\nbugs\t\t: spectre_v1 spectre_v2 spec_store_bypass swapgs eibrs_pbrsb\n"+
 			"bogomips\t: 4000.00\nclflush size\t: 64\ncache_alignment\t: 64\n"+
 			"address sizes\t: 46 bits physical, 57 bits virtual\npower management:\n\n",
-			cpu, l.socket, len(pkg), l.core, len(cores), apic, apic, cpuFlags)
+			cpu, pkgID, len(pkg), coreID, len(cores), apic, apic, cpuFlags)
 	}
 	return b.Bytes()
 }

@@ -51,6 +51,8 @@ func kubeletCPUs(snap *topology.Snapshot) cpuset.CPUSet {
 // cAdvisor and the kubelet build it: cAdvisor lists, per NUMA node, the
 // online CPUs that have a core and package id and groups them into cores by
 // (core id, package id); without NUMA nodes it uses one node per package.
+// An id the kernel writes as -1 (PowerVM's physical_package_id) is an id
+// like any other: a package, core or node -1.
 // The kubelet names each core by its lowest CPU. The socket count is
 // cAdvisor's, the distinct package ids of the online CPUs.
 func kubeletTopology(snap *topology.Snapshot) *cpuTopology {

@@ -37,11 +37,12 @@ func (s *Snapshot) kubeletCPUs() int {
 		return len(s.CPUs.List)
 	}
 	// With NUMA nodes it walks each node's cpuN links and counts the CPUs
-	// that are online and expose a core and package id.
+	// that are online and have core_id and physical_package_id files
+	// (sysinfo.GetNodesInfo and getCoresInfo); an id that reads -1 counts.
 	n := 0
 	for _, node := range s.NUMANodes {
 		for _, id := range node.CPUs.List() {
-			if c, ok := s.CPU(id); ok && c.Online && c.Core >= 0 && c.Package >= 0 {
+			if c, ok := s.CPU(id); ok && c.Online && c.HasTopology() {
 				n++
 			}
 		}
@@ -59,11 +60,13 @@ func (s *Snapshot) CPU(id int) (CPU, bool) {
 }
 
 // OnlineCPUs returns the CPUs the kubelet's CPU manager sees: those counted
-// in the cpu capacity (online, linked under a NUMA node, with a topology).
+// in the cpu capacity (online, linked under a NUMA node, with core_id and
+// physical_package_id files). Their Package and Core may be -1, as cAdvisor
+// reports them.
 func (s *Snapshot) OnlineCPUs() []CPU {
 	var out []CPU
 	for _, c := range s.CPUs.List {
-		if !c.Online || c.Core < 0 || c.Package < 0 {
+		if !c.Online || !c.HasTopology() {
 			continue
 		}
 		if len(s.NUMANodes) > 0 && c.Node < 0 {

@@ -88,10 +88,12 @@ func (f FS) readCPUs(r *reader, c *CPUs) error {
 	for i, id := range ids {
 		cpu := CPU{ID: id, Online: c.Online.Contains(id), Package: -1, Die: -1, Core: -1, Node: -1}
 		prefix := "cpu" + strconv.Itoa(id) + "/topology/"
+		var hasPackage, hasCore bool
 		for _, a := range []struct {
-			file string
-			dst  *int
-		}{{"physical_package_id", &cpu.Package}, {"die_id", &cpu.Die}, {"core_id", &cpu.Core}} {
+			file  string
+			dst   *int
+			found *bool
+		}{{"physical_package_id", &cpu.Package, &hasPackage}, {"die_id", &cpu.Die, nil}, {"core_id", &cpu.Core, &hasCore}} {
 			b, err := d.read(r, prefix, a.file)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue // an offline CPU has no topology directory
@@ -102,7 +104,13 @@ func (f FS) readCPUs(r *reader, c *CPUs) error {
 			if *a.dst, err = parseInt(b); err != nil {
 				return parseError(d.path+"/"+prefix+a.file, err)
 			}
+			if a.found != nil {
+				*a.found = true
+			}
 		}
+		// A -1 the kernel wrote is an id like any other for cAdvisor; keep
+		// it apart from the -1 of an absent file.
+		cpu.UnknownIDs = hasPackage && hasCore && (cpu.Package < 0 || cpu.Core < 0)
 		c.List[i] = cpu
 	}
 	return nil

@@ -51,9 +51,14 @@ type CPUs struct {
 	List []CPU `json:"list"`
 }
 
-// CPU is one logical CPU. Package, Die and Core are -1 when the kernel does
-// not expose them (an offline CPU has no topology directory); Node is -1 when
-// the CPU is linked under no NUMA node.
+// CPU is one logical CPU. Package, Die and Core are the ids the kernel writes
+// in topology/{physical_package_id,die_id,core_id}. Two cases give -1: the
+// file is absent (an offline CPU has no topology directory), or the kernel
+// writes -1 because it does not know the id (physical_package_id on PowerVM
+// LPARs, whose firmware gives no chip id; die_id without dies). For Package
+// and Core, the ids cAdvisor reads, UnknownIDs and HasTopology tell the two
+// apart; Die's -1 stays ambiguous (nothing here depends on it). Node is -1
+// when the CPU is linked under no NUMA node.
 type CPU struct {
 	ID      int  `json:"id"`
 	Online  bool `json:"online"`
@@ -61,6 +66,20 @@ type CPU struct {
 	Die     int  `json:"die"`
 	Core    int  `json:"core"`
 	Node    int  `json:"node"`
+	// UnknownIDs is true when both topology/physical_package_id and
+	// topology/core_id exist and at least one reads a negative id, which
+	// Package or Core then holds as read. When it is false, a negative
+	// Package or Core means that one of the two files is absent (the other
+	// may have read -1): the CPU has no topology for cAdvisor.
+	UnknownIDs bool `json:"unknownIDs,omitempty"`
+}
+
+// HasTopology reports whether the CPU has both topology/physical_package_id
+// and topology/core_id, whatever they read. cAdvisor lists and counts such a
+// CPU (with its ids as read, -1 included) and skips one where either file is
+// absent (sysinfo.getCoresInfo: only os.IsNotExist makes it continue).
+func (c CPU) HasTopology() bool {
+	return c.UnknownIDs || (c.Package >= 0 && c.Core >= 0)
 }
 
 // NUMANode is one /sys/devices/system/node/nodeN.
