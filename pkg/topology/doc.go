@@ -17,7 +17,8 @@
 // The kubelet takes its capacity from cAdvisor's machine info once, at start.
 // Capacity reproduces cAdvisor's rules exactly, including their quirks: with
 // NUMA nodes, cpu counts the online CPUs linked under a node that expose a core
-// and package id; without NUMA nodes (a kernel built without CONFIG_NUMA) it
+// and package id (only a missing file leaves a CPU out: an id that reads -1,
+// as on PowerVM LPARs, counts); without NUMA nodes (a kernel built without CONFIG_NUMA) it
 // counts every cpuN directory, online or not. memory is MemTotal from
 // /proc/meminfo, not the sum of the nodes. Every hugepage size directory gives
 // a hugepages-<size> resource, even when its count is zero.
