@@ -99,15 +99,13 @@ func checkPolicy(cfg Config) error {
 // manager does when it creates the Static policy (NewManager: reservedMemory
 // against the machine and node allocatable, then at least some memory
 // reserved) and returns the reservation per node.
+//
+// The nodes are kubeletNodes: on a machine without NUMA nodes, one per CPU
+// package, where the kubelet starts and accounts every node's memory from
+// zero (see defaultMachineState).
 func staticReservation(snap *topology.Snapshot, cfg Config) (systemReserved, error) {
-	if len(snap.NUMANodes) == 0 {
-		// cAdvisor then makes one node per CPU package with no memory;
-		// the Static policy is meaningless there.
-		return nil, &KubeletError{Kind: ErrConfig, Kubelet: "(no NUMA topology)",
-			Detail: "the machine has no NUMA nodes in sysfs (a kernel without CONFIG_NUMA): hotplugd does not model the Static memory manager there"}
-	}
 	nodes := map[int]bool{}
-	for _, n := range snap.NUMANodes {
+	for _, n := range kubeletNodes(snap) {
 		nodes[n.ID] = true
 	}
 
@@ -118,7 +116,7 @@ func staticReservation(snap *topology.Snapshot, cfg Config) (systemReserved, err
 		if !nodes[int(r.NumaNode)] {
 			return nil, &KubeletError{Kind: ErrConfig,
 				Kubelet: fmt.Sprintf("the reserved memory configuration references a NUMA node %d that does not exist on this machine", r.NumaNode),
-				Detail:  fmt.Sprintf("the machine has NUMA nodes %s; fix reservedMemory", nodeList(snap))}
+				Detail:  nodeList(snap) + "; fix reservedMemory"}
 		}
 		for _, name := range sortedResourceNames(r.Limits) {
 			q := r.Limits[name].DeepCopy()
@@ -154,7 +152,7 @@ func staticReservation(snap *topology.Snapshot, cfg Config) (systemReserved, err
 	}
 
 	out := systemReserved{}
-	for _, n := range snap.NUMANodes {
+	for _, n := range kubeletNodes(snap) {
 		out[n.ID] = map[v1.ResourceName]uint64{}
 	}
 	for _, r := range cfg.ReservedMemory {
@@ -178,12 +176,20 @@ func staticReservation(snap *topology.Snapshot, cfg Config) (systemReserved, err
 	return out, nil
 }
 
+// nodeList says which nodes the kubelet knows on snap.
 func nodeList(snap *topology.Snapshot) string {
-	ids := make([]string, len(snap.NUMANodes))
-	for i, n := range snap.NUMANodes {
+	nodes := kubeletNodes(snap)
+	ids := make([]string, len(nodes))
+	for i, n := range nodes {
 		ids[i] = fmt.Sprint(n.ID)
 	}
-	return strings.Join(ids, ",")
+	switch {
+	case len(snap.NUMANodes) > 0:
+		return "the machine has NUMA nodes " + strings.Join(ids, ",")
+	case len(nodes) == 0:
+		return "the machine has no NUMA nodes and no CPU with a package id, so the kubelet knows no node"
+	}
+	return "the machine has no NUMA nodes; the kubelet (cAdvisor) makes one node per CPU package: " + strings.Join(ids, ",")
 }
 
 func sortedResourceNames(l v1.ResourceList) []v1.ResourceName {

@@ -11,15 +11,47 @@ import (
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
+// kubeletNodes returns the NUMA nodes the kubelet's memory manager works
+// with: cAdvisor's MachineInfo.Topology, as sysinfo.GetNodesInfo builds it.
+// With NUMA nodes in sysfs those are the nodes, with their MemTotal and
+// hugepages. Without (a kernel without CONFIG_NUMA), cAdvisor's
+// getCPUTopology makes one node per CPU package instead, its id the
+// package id, with neither memory nor hugepages: Memory stays 0 and
+// HugePages nil. The packages are those of every cpuN directory whose
+// physical_package_id it can read (getCpusByPhysicalPackageID), which an
+// offline CPU, having no topology directory, does not contribute; one that
+// reads -1 (a PowerVM LPAR) makes a node -1. (A -1 read from a CPU without
+// core_id is not told apart from a missing file by the snapshot: such a
+// CPU is left out.)
+func kubeletNodes(snap *topology.Snapshot) []topology.NUMANode {
+	if len(snap.NUMANodes) > 0 {
+		return snap.NUMANodes
+	}
+	var packages []int
+	for _, c := range snap.CPUs.List {
+		// A negative Package with UnknownIDs is the id as read.
+		if (c.Package >= 0 || c.UnknownIDs) && !slices.Contains(packages, c.Package) {
+			packages = append(packages, c.Package)
+		}
+	}
+	slices.Sort(packages)
+	nodes := make([]topology.NUMANode, len(packages))
+	for i, id := range packages {
+		nodes[i] = topology.NUMANode{ID: id}
+	}
+	return nodes
+}
+
 // defaultMachineState is the Static policy's accounting for an idle
-// machine: per NUMA node, every hugepage size (total = pages x size) and
-// memory (total = the node's MemTotal), each minus its reservedMemory;
-// memory also minus the node's hugepages. The arithmetic is the kubelet's:
-// unsigned, so a reservation above a node's memory wraps around as it does
-// in the kubelet.
+// machine (getDefaultMachineState): per node of kubeletNodes, every
+// hugepage size (total = pages x size) and memory (total = the node's
+// MemTotal), each minus its reservedMemory; memory also minus the node's
+// hugepages. The arithmetic is the kubelet's: unsigned, so a reservation
+// above a node's memory wraps around as it does in the kubelet (always, on
+// the memoryless nodes of a machine without NUMA nodes).
 func defaultMachineState(snap *topology.Snapshot, reserved systemReserved) state.NUMANodeMap {
 	ms := state.NUMANodeMap{}
-	for _, n := range snap.NUMANodes {
+	for _, n := range kubeletNodes(snap) {
 		ns := &state.NUMANodeState{
 			MemoryMap: map[v1.ResourceName]*state.MemoryTable{},
 			Cells:     []int{n.ID},
