@@ -32,10 +32,11 @@ type Config struct {
 	ReservedMemory []kubeletv1beta1.MemoryReservation
 	// NodeAllocatableReservation is what the kubelet holds back from each
 	// resource for node allocatable (systemReserved + kubeReserved + the
-	// memory.available hard eviction threshold), as
-	// topology.Snapshot.Reservation computes it. The Static policy requires
-	// the sum of ReservedMemory to equal it for memory and every hugepage
-	// size.
+	// memory.available hard eviction threshold, the threshold left out
+	// under --experimental-allocatable-ignore-eviction), as
+	// topology.Snapshot.Reservation and ReservationIgnoringEviction compute
+	// it. The Static policy requires the sum of ReservedMemory to equal it
+	// for memory and every hugepage size.
 	NodeAllocatableReservation v1.ResourceList
 	// PodLevelResourceManagers is the kubelet's feature gate of that name:
 	// with it the kubelet reads and writes FormatV2.
@@ -49,9 +50,31 @@ type Config struct {
 	AllowDrop bool
 }
 
+// KubeletFlags are the kubelet's command-line flags that change what its
+// memory manager is started with and have no KubeletConfiguration field
+// (the kubelet keeps them in its options.KubeletFlags).
+type KubeletFlags struct {
+	// AllocatableIgnoresEviction is the deprecated
+	// --experimental-allocatable-ignore-eviction
+	// (kubeletconfig.Kubelet.AllocatableIgnoresEviction): the container
+	// manager's node allocatable reservation, which reservedMemory must add
+	// up to, then leaves out the hard eviction thresholds.
+	AllocatableIgnoresEviction bool
+}
+
 // NewConfig returns the memory manager configuration of a kubelet running
-// with kc on the machine snap, its state file at path ("" for DefaultPath).
+// with kc, without any of KubeletFlags, on the machine snap, its state file
+// at path ("" for DefaultPath).
 func NewConfig(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot, path string) (Config, error) {
+	return NewConfigWithFlags(kc, KubeletFlags{}, snap, path)
+}
+
+// NewConfigWithFlags is NewConfig for a kubelet started with flags. The
+// node allocatable reservation is the one the kubelet's container manager
+// hands its memory manager (GetNodeAllocatableReservation, passed to
+// memorymanager.NewManager by NewContainerManager), which follows
+// --experimental-allocatable-ignore-eviction as node allocatable does.
+func NewConfigWithFlags(kc *kubeletv1beta1.KubeletConfiguration, flags KubeletFlags, snap *topology.Snapshot, path string) (Config, error) {
 	cfg := Config{
 		Policy:                   kc.MemoryManagerPolicy,
 		ReservedMemory:           kc.ReservedMemory,
@@ -62,7 +85,11 @@ func NewConfig(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot,
 		cfg.Policy = PolicyNone
 	}
 	if cfg.Policy == PolicyStatic {
-		r, err := snap.Reservation(kc)
+		reservation := snap.Reservation
+		if flags.AllocatableIgnoresEviction {
+			reservation = snap.ReservationIgnoringEviction
+		}
+		r, err := reservation(kc)
 		if err != nil {
 			return Config{}, fmt.Errorf("memmgr: %w", err)
 		}
@@ -147,7 +174,7 @@ func staticReservation(snap *topology.Snapshot, cfg Config) (systemReserved, err
 		if !allocatable.Equal(*reserved) {
 			return nil, &KubeletError{Kind: ErrConfig,
 				Kubelet: fmt.Sprintf("the total amount %q of type %q is not equal to the value %q determined by Node Allocatable feature", reserved.String(), name, allocatable.String()),
-				Detail:  "reservedMemory must add up to systemReserved + kubeReserved + the memory.available hard eviction threshold"}
+				Detail:  "reservedMemory must add up to systemReserved + kubeReserved + the memory.available hard eviction threshold (without the threshold under --experimental-allocatable-ignore-eviction)"}
 		}
 	}
 

@@ -72,6 +72,23 @@ func (s *Snapshot) Allocatable(cfg *kubeletv1beta1.KubeletConfiguration) (v1.Res
 // the kubelet's container manager computes it (GetNodeAllocatableReservation).
 // Resources with nothing reserved are absent.
 func (s *Snapshot) Reservation(cfg *kubeletv1beta1.KubeletConfiguration) (v1.ResourceList, error) {
+	return s.reservation(cfg, true)
+}
+
+// ReservationIgnoringEviction is Reservation for a kubelet started with
+// --experimental-allocatable-ignore-eviction: systemReserved + kubeReserved
+// only. With that flag cmd/kubelet/app/server.go leaves
+// NodeAllocatableConfig.HardEvictionThresholds empty, so the container
+// manager's GetNodeAllocatableReservation holds no eviction threshold back,
+// for node allocatable and for everything else it is handed to (the memory
+// manager's reservedMemory check among them). evictionHard is still
+// checked: the kubelet's eviction manager parses it (NewMainKubelet) and
+// the kubelet refuses to start on a statement it rejects.
+func (s *Snapshot) ReservationIgnoringEviction(cfg *kubeletv1beta1.KubeletConfiguration) (v1.ResourceList, error) {
+	return s.reservation(cfg, false)
+}
+
+func (s *Snapshot) reservation(cfg *kubeletv1beta1.KubeletConfiguration, withEviction bool) (v1.ResourceList, error) {
 	systemReserved := cloneMap(cfg.SystemReserved)
 	kubeReserved := cloneMap(cfg.KubeReserved)
 
@@ -99,6 +116,9 @@ func (s *Snapshot) Reservation(cfg *kubeletv1beta1.KubeletConfiguration) (v1.Res
 	eviction, err := hardEvictionReservation(cfg.EvictionHard, capacity)
 	if err != nil {
 		return nil, err
+	}
+	if !withEviction {
+		eviction = nil
 	}
 
 	out := v1.ResourceList{}
