@@ -3,16 +3,20 @@ package memmgr
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/dump"
 
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/memmgr/internal/checksum"
 	"github.com/hotplugd/hotplugd/pkg/memmgr/state"
+	v134 "github.com/hotplugd/hotplugd/pkg/memmgr/state/v134"
+	v137 "github.com/hotplugd/hotplugd/pkg/memmgr/state/v137"
 	"github.com/hotplugd/hotplugd/pkg/statefile"
 )
 
@@ -26,16 +30,22 @@ const DefaultPath = "/var/lib/kubelet/" + FileName
 type Format int
 
 const (
-	// FormatV1 is what kubelets write by default (every release up to 1.36
-	// without pod-level resource managers): policyName, machineState,
-	// entries and a checksum over the checkpoint under the legacy type name
-	// MemoryManagerCheckpoint.
+	// FormatV1 is what kubelets up to 1.36 write without pod-level resource
+	// managers: policyName, machineState, entries and a checksum over the
+	// checkpoint under the legacy type name MemoryManagerCheckpoint. Every
+	// known kubelet reads it; kubelets 1.34 and 1.35 read nothing else.
 	FormatV1 Format = iota
 	// FormatV2 is what kubelet 1.36 writes with the PodLevelResourceManagers
 	// feature gate: the same fields plus podEntries, with a checksum that
-	// covers podEntries. A kubelet without the gate refuses such a file as
-	// corrupted; a kubelet with the gate reads FormatV1 files too.
+	// covers podEntries. Kubelets 1.34 and 1.35, and 1.36 without the gate,
+	// refuse such a file as corrupted; 1.36 with the gate and 1.37 read it.
 	FormatV2
+	// FormatV3 is what kubelet 1.37 writes, whatever its gates: the V1
+	// fields with their V1 checksum, for older kubelets, plus data (the JSON
+	// of policyName, machineState, entries and, with the gate, podEntries)
+	// and dataChecksum (over data). Kubelet 1.37 reads data only; older
+	// kubelets read the V1 fields.
+	FormatV3
 )
 
 func (f Format) String() string {
@@ -44,22 +54,11 @@ func (f Format) String() string {
 		return "V1"
 	case FormatV2:
 		return "V2 (podEntries)"
+	case FormatV3:
+		return "V3 (data)"
 	}
 	return fmt.Sprintf("Format(%d)", int(f))
 }
-
-// verification records which of the kubelet's checksum rules a parsed file
-// passed; whether a kubelet accepts the file depends on it and on the
-// kubelet's feature gates.
-type verification int
-
-const (
-	notParsed      verification = iota // built in memory, not read
-	verifiedZero                       // checksum 0: accepted unchecked by the V1 loader
-	verifiedLegacy                     // V1 struct hashed under the legacy name (what kubelets write)
-	verifiedV1Name                     // V1 struct hashed under its own name (only a gate-off kubelet tries it)
-	verifiedV2                         // V2 struct, podEntries included
-)
 
 // State is a memory_manager_state: the Static memory manager's per-NUMA
 // memory accounting (MachineState) and the memory it assigned to each
@@ -73,110 +72,80 @@ type State struct {
 	MachineState state.NUMANodeMap
 	// Entries are the blocks of each container, by pod UID and name.
 	Entries state.ContainerMemoryAssignments
-	// PodEntries are pod-level blocks (FormatV2 only).
+	// PodEntries are pod-level blocks (FormatV2, or FormatV3 written with
+	// the gate).
 	PodEntries state.PodMemoryAssignments
-	// Format is the layout the file was read in and is written in.
+	// Format is the layout the file was read in and is written in. For a
+	// FormatV3 file the fields above are those of data, which kubelet 1.37
+	// reads; the V1 fields beside it, which older kubelets read, are kept
+	// as read.
 	Format Format
-	// Checksum is the checksum the file carried; 0 is accepted unchecked
-	// by the kubelet. Marshal always writes the computed one.
+	// Checksum is the checksum the file carried (for FormatV3 the one of
+	// the V1 fields); 0 is accepted unchecked by kubelets from 1.36 on.
+	// Marshal always writes the computed one.
 	Checksum uint64
+	// DataChecksum is the dataChecksum the file carried (FormatV3).
+	DataChecksum uint64
 
-	verified verification
+	// read is what Parse found; nil for a state built in memory.
+	read *readResult
 }
 
 // ReadFile reads and parses the state file at path with statefile.Read's
 // discipline (size cap, no symlinks). Errors name the path; a missing file
-// matches errors.Is(err, fs.ErrNotExist).
+// matches errors.Is(err, fs.ErrNotExist). As with Parse, a file that a
+// kubelet refuses is no error here: Validate says so, in that kubelet's
+// words, naming the path of its Config.
 func ReadFile(path string) (*State, error) {
 	b, err := statefile.Read(path)
 	if err != nil {
 		return nil, fmt.Errorf("memmgr: %w", err)
 	}
-	s, err := parse(b, path)
-	var ke *KubeletError
-	switch {
-	case errors.As(err, &ke):
-		if !strings.Contains(ke.Kubelet, path) {
-			ke.Detail = path + ": " + ke.Detail
-		}
-		return nil, ke
-	case err != nil:
+	s, err := Parse(b)
+	if err != nil {
 		return nil, fmt.Errorf("%w (%s)", err, path)
 	}
 	return s, nil
 }
 
-// Parse decodes a memory_manager_state and verifies its checksum exactly as
-// the kubelet does: the JSON is decoded into the kubelet's own struct
-// shapes (field names matched case-insensitively, unknown fields ignored),
-// and the checksum must be 0 (accepted unchecked) or the FNV-32a hash of
-// the dump of the checkpoint with checksum 0 in one of the layouts kubelets
-// write: FormatV1 (legacy type name, the default) or FormatV2 (podEntries).
-// A file in kubelet 1.37's data/dataChecksum layout is refused with
-// ErrUnsupportedFormat. Errors are *KubeletError carrying the kubelet's own
-// message (for a file named DefaultPath).
+// Parse decodes a memory_manager_state the way each known kubelet's
+// checkpoint loader does and records each one's verdict, so that Validate
+// and PlanRebuild answer for the kubelet of their Config:
+//
+//   - kubelets 1.34 and 1.35 decode FormatV1 and verify its checksum (0
+//     included: they do not accept it unchecked);
+//   - kubelet 1.36 without PodLevelResourceManagers decodes FormatV1 and
+//     accepts checksum 0 or the checksum under either type name; with the
+//     gate it tries FormatV2 (podEntries, no checksum 0) first, then
+//     FormatV1 with checksum 0 or the legacy checksum;
+//   - kubelet 1.37, with or without the gate, tries FormatV3 (data decoded,
+//     dataChecksum verified, the V1 checksum ignored) and refuses a file
+//     with data or a dataChecksum that fails there ("could not load v3
+//     checkpoint: ..."); otherwise it falls back to FormatV2, then FormatV1,
+//     as 1.36 with the gate does.
+//
+// Checksums are FNV-32a hashes of k8s.io/utils/dump ForHash dumps of the
+// kubelet's structs (the type names are the kubelet's, see package state),
+// dataChecksum the hash of the dump of the data string. JSON is decoded into
+// the kubelet's own struct shapes: field names match case-insensitively,
+// unknown fields are ignored, and decoding errors are the kubelet's words.
+//
+// The State holds what the newest kubelet that accepts the file restores
+// (for a FormatV3 file, data). A file that some or every kubelet refuses is
+// no error here. Parse fails only on input over statefile.MaxSize, and with
+// ErrUnsupportedFormat on a file that no known kubelet accepts and that has
+// a top-level field none of them writes: a layout hotplugd does not know,
+// left to the kubelet to judge.
 func Parse(b []byte) (*State, error) {
-	return parse(b, DefaultPath)
-}
-
-func parse(b []byte, path string) (*State, error) {
 	if len(b) > statefile.MaxSize {
 		return nil, fmt.Errorf("memmgr: state of %d bytes: %w", len(b), statefile.ErrTooLarge)
 	}
-	if key := newerLayoutKey(b); key != "" {
-		return nil, &KubeletError{
-			Kind:    ErrUnsupportedFormat,
-			Kubelet: "(kubelet 1.37 or later layout)",
-			Detail: fmt.Sprintf("the file has a %q field: it was written by kubelet 1.37 or later in the data/dataChecksum layout, which hotplugd does not read; "+
-				"let that kubelet validate it", key),
+	s := parse(b)
+	if !s.read.acceptedByAny() {
+		if key := unknownKey(b); key != "" {
+			return nil, fmt.Errorf("memmgr: %w: the file has a field %q that no known kubelet (%s) writes, and none of them accepts it: "+
+				"it may come from a newer kubelet; let that kubelet validate it", ErrUnsupportedFormat, key, kubeletversion.Known())
 		}
-	}
-
-	// One decode serves both layouts: V2's fields are V1's plus
-	// podEntries, so when V2 decodes, V1 decodes to the same values. When
-	// it does not (podEntries of a wrong type), V1 is decoded on its own,
-	// and its error is the one every kubelet reports.
-	cp2 := newCheckpointV2()
-	v2err := json.Unmarshal(b, cp2)
-	var cp1 *state.MemoryManagerCheckpointV1
-	if v2err == nil {
-		cp1 = &state.MemoryManagerCheckpointV1{PolicyName: cp2.PolicyName, MachineState: cp2.MachineState, Entries: cp2.Entries, Checksum: cp2.Checksum}
-	} else {
-		cp1 = newCheckpointV1()
-		if err := json.Unmarshal(b, cp1); err != nil {
-			return nil, restoreError(ErrInvalid, err.Error(), path, "", err)
-		}
-	}
-	ck := uint64(cp1.Checksum)
-	s := &State{
-		PolicyName:   cp1.PolicyName,
-		MachineState: cp1.MachineState,
-		Entries:      cp1.Entries,
-		Format:       FormatV1,
-		Checksum:     ck,
-	}
-	// The kubelet tries V2 first (with the gate) and V1 second; a file
-	// matching both would need two dumps with the same FNV-32a hash. The
-	// common V1 hash is tried first because it is the common case.
-	switch {
-	case ck == 0:
-		// Accepted unchecked by the V1 loader, for compatibility with the
-		// kubelet's old file backend; podEntries, if any, are ignored.
-		s.verified = verifiedZero
-	case ck == hashV1Legacy(cp1):
-		s.verified = verifiedLegacy
-	case v2err == nil && ck == hashV2(cp2):
-		s.PodEntries = cp2.PodEntries
-		s.Format = FormatV2
-		s.verified = verifiedV2
-	case ck == hashV1Name(cp1):
-		s.verified = verifiedV1Name
-	default:
-		detail := fmt.Sprintf("checksum %d in the file, %d computed for the default layout", ck, hashV1Legacy(cp1))
-		if v2err == nil {
-			detail += fmt.Sprintf(", %d with podEntries", hashV2(cp2))
-		}
-		return nil, restoreError(ErrCorrupt, "checkpoint is corrupted", path, detail, nil)
 	}
 	return s, nil
 }
@@ -200,21 +169,47 @@ func newCheckpointV2() *state.MemoryManagerCheckpoint {
 	}
 }
 
-// newerLayoutKey returns the name of a top-level field of kubelet 1.37's
-// data/dataChecksum layout, "" if there is none (or b is no JSON object).
-func newerLayoutKey(b []byte) string {
-	// Decoding the top level costs as much as the rest; skip it when no
-	// key can be "data..." (a key could only hide it behind an escape).
-	if !bytes.ContainsRune(b, '\\') && !bytes.Contains(bytes.ToLower(b), []byte(`"data`)) {
-		return ""
+func newCheckpoint134() *v134.MemoryManagerCheckpoint {
+	return &v134.MemoryManagerCheckpoint{
+		Entries:      state.ContainerMemoryAssignments{},
+		MachineState: state.NUMANodeMap{},
 	}
+}
+
+func newCheckpointV3() *v137.MemoryManagerCheckpoint {
+	return &v137.MemoryManagerCheckpoint{
+		MemoryManagerCheckpointV1: state.MemoryManagerCheckpointV1{
+			Entries:      state.ContainerMemoryAssignments{},
+			MachineState: state.NUMANodeMap{},
+		},
+		CheckpointData: v137.MemoryManagerCheckpointData{
+			Entries:      state.ContainerMemoryAssignments{},
+			PodEntries:   state.PodMemoryAssignments{},
+			MachineState: state.NUMANodeMap{},
+		},
+	}
+}
+
+// mayHaveData reports whether b can have a top-level field that decodes
+// into kubelet 1.37's data or dataChecksum: without one, its V3 loader finds
+// neither and falls back, and decoding b once more can be skipped.
+func mayHaveData(b []byte) bool {
+	// encoding/json matches field names case-insensitively; a key can only
+	// hide "data" behind an escape. ("data" has no letter that folds to a
+	// non-ASCII one.)
+	return bytes.ContainsRune(b, '\\') || bytes.Contains(bytes.ToLower(b), []byte(`"data`))
+}
+
+// unknownKey returns a top-level field of b that no known kubelet reads or
+// writes, "" if there is none (or b is no JSON object).
+func unknownKey(b []byte) string {
 	var top map[string]json.RawMessage
 	if json.Unmarshal(b, &top) != nil {
 		return ""
 	}
-	for k := range top {
-		// encoding/json matches field names case-insensitively.
-		if strings.EqualFold(k, "data") || strings.EqualFold(k, "dataChecksum") {
+	known := []string{"policyName", "machineState", "entries", "podEntries", "checksum", "data", "dataChecksum"}
+	for _, k := range slices.Sorted(maps.Keys(top)) {
+		if !slices.ContainsFunc(known, func(n string) bool { return strings.EqualFold(k, n) }) {
 			return k
 		}
 	}
@@ -223,7 +218,9 @@ func newerLayoutKey(b []byte) string {
 
 // Marshal returns the file the kubelet would write for s, in s.Format:
 // json.Marshal of the kubelet's checkpoint struct with the kubelet's
-// checksum. Absent maps are written as the kubelet writes them (a kubelet's
+// checksums (for FormatV3, kubelet 1.37's MarshalCheckpoint: data the
+// compact JSON of the payload, then the V1 fields and their checksum from
+// it). Absent maps are written as the kubelet writes them (a kubelet's
 // state always has them), so the file verifies when read back.
 func (s *State) Marshal() ([]byte, error) {
 	var out []byte
@@ -252,8 +249,10 @@ func (s *State) Marshal() ([]byte, error) {
 		}
 		cp.Checksum = checksumOf(hashV2(&cp))
 		out, err = json.Marshal(cp)
+	case FormatV3:
+		out, err = marshalV3(s)
 	default:
-		return nil, fmt.Errorf("memmgr: marshal: unknown format %s", s.Format)
+		return nil, fmt.Errorf("memmgr: marshal: %w: format %s", ErrUnsupportedFormat, s.Format)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("memmgr: marshal: %w", err)
@@ -267,8 +266,29 @@ func (s *State) Marshal() ([]byte, error) {
 	return out, nil
 }
 
-// verifyWritten decodes b as the kubelet will and checks its checksum in
-// format f.
+// marshalV3 is kubelet 1.37's storeState and MarshalCheckpoint.
+func marshalV3(s *State) ([]byte, error) {
+	cp := v137.MemoryManagerCheckpoint{CheckpointData: v137.MemoryManagerCheckpointData{
+		PolicyName:   s.PolicyName,
+		MachineState: orEmptyNodes(s.MachineState),
+		Entries:      orEmptyEntries(s.Entries),
+		PodEntries:   s.PodEntries,
+	}}
+	data, err := json.Marshal(cp.CheckpointData)
+	if err != nil {
+		return nil, err
+	}
+	cp.Data = string(data)
+	cp.DataChecksum = checksumOf(hashData(cp.Data))
+	cp.PolicyName = cp.CheckpointData.PolicyName
+	cp.MachineState = cp.CheckpointData.MachineState
+	cp.Entries = cp.CheckpointData.Entries
+	cp.Checksum = checksumOf(hashV1Legacy(&cp.MemoryManagerCheckpointV1))
+	return json.Marshal(cp)
+}
+
+// verifyWritten decodes b as the kubelets will and checks its checksums
+// in format f.
 func verifyWritten(b []byte, f Format) error {
 	var ck, want uint64
 	switch f {
@@ -278,12 +298,24 @@ func verifyWritten(b []byte, f Format) error {
 			return err
 		}
 		ck, want = uint64(cp.Checksum), hashV1Legacy(cp)
-	default:
+	case FormatV2:
 		cp := newCheckpointV2()
 		if err := json.Unmarshal(b, cp); err != nil {
 			return err
 		}
 		ck, want = uint64(cp.Checksum), hashV2(cp)
+	default:
+		// Kubelet 1.37 must read data, and older kubelets the V1 fields.
+		r := parse(b).read
+		for _, rd := range []reader{reader137, reader136} {
+			if l := r.loads[rd]; l.refused != nil {
+				return fmt.Errorf("%s: %s: %s", rd, l.refused.reason, l.refused.detail)
+			}
+		}
+		if l := r.loads[reader137]; l.layout != FormatV3 {
+			return fmt.Errorf("%s reads it as %s", reader137, l.layout)
+		}
+		return nil
 	}
 	if ck != want || ck == 0 {
 		return fmt.Errorf("checksum %d written, %d read back", ck, want)
@@ -305,31 +337,42 @@ func orEmptyEntries(m state.ContainerMemoryAssignments) state.ContainerMemoryAss
 	return m
 }
 
-// The kubelet's checksum: FNV-32a of the spew dump (dump.ForHash) of a
+// The kubelet's checksums: FNV-32a of the spew dump (dump.ForHash) of a
 // pointer to the checkpoint with its checksum set to 0. dump.ForHash prints
 // type names, so the structs in package state carry the kubelet's names.
 
+// hashV2 is the FormatV2 checksum: 1.36 dumps its MemoryManagerCheckpoint,
+// 1.37 its MemoryManagerCheckpointV2 with the name replaced by
+// MemoryManagerCheckpoint, the same string.
 func hashV2(cp *state.MemoryManagerCheckpoint) uint64 {
 	c := *cp
 	c.Checksum = 0
 	return fnv32a(dump.ForHash(&c))
 }
 
-// hashV1Legacy is what kubelets write for the V1 layout: the dump under the
-// pre-1.36 type name MemoryManagerCheckpoint (only the first occurrence,
-// the top-level type, is renamed).
+// hashV1Legacy is what kubelets write for the V1 fields (FormatV1, and
+// beside data in FormatV3): the dump under the pre-1.36 type name
+// MemoryManagerCheckpoint (only the first occurrence, the top-level type, is
+// renamed). It is also the dump of the 1.34/1.35 struct of that name, which
+// has the same fields.
 func hashV1Legacy(cp *state.MemoryManagerCheckpointV1) uint64 {
 	c := *cp
 	c.Checksum = 0
 	return fnv32a(strings.Replace(dump.ForHash(&c), "MemoryManagerCheckpointV1", "MemoryManagerCheckpoint", 1))
 }
 
-// hashV1Name is the V1 layout under its own type name, which a kubelet
+// hashV1Name is the V1 layout under its own type name, which kubelet 1.36
 // without pod-level resource managers also accepts (no kubelet writes it).
 func hashV1Name(cp *state.MemoryManagerCheckpointV1) uint64 {
 	c := *cp
 	c.Checksum = 0
 	return fnv32a(dump.ForHash(&c))
+}
+
+// hashData is kubelet 1.37's dataChecksum, checksum.New(data): the hash of
+// the dump of the data string.
+func hashData(data string) uint64 {
+	return fnv32a(dump.ForHash(data))
 }
 
 func checksumOf(h uint64) checksum.Checksum { return checksum.Checksum(h) }

@@ -28,4 +28,12 @@ func TestChecksumInput(t *testing.T) {
 	if got := dump.ForHash(cp2); got != want2 {
 		t.Errorf("V2 dump\n got %s\nwant %s", got, want2)
 	}
+
+	// Kubelet 1.37's dataChecksum: the dump of the data string (m05's).
+	if got := dump.ForHash(`{"policyName":"None"}`); got != `(string){"policyName":"None"}` {
+		t.Errorf("data dump %q", got)
+	}
+	if got := hashData(`{"policyName":"None"}`); got != fnv32a(`(string){"policyName":"None"}`) {
+		t.Errorf("dataChecksum %d", got)
+	}
 }

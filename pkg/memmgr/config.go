@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
@@ -17,10 +18,6 @@ const (
 	PolicyNone   = "None"
 	PolicyStatic = "Static"
 )
-
-// podLevelResourceManagers is the kubelet feature gate that switches the
-// memory manager to FormatV2 (alpha in 1.36, off by default).
-const podLevelResourceManagers = "PodLevelResourceManagers"
 
 // Config is what the kubelet's memory manager is started with, plus the
 // operator's choice for PlanRebuild.
@@ -38,8 +35,15 @@ type Config struct {
 	// it. The Static policy requires the sum of ReservedMemory to equal it
 	// for memory and every hugepage size.
 	NodeAllocatableReservation v1.ResourceList
-	// PodLevelResourceManagers is the kubelet's feature gate of that name:
-	// with it the kubelet reads and writes FormatV2.
+	// Release is the kubelet release whose memory manager this is: it
+	// decides the layouts the kubelet reads, verifies and writes
+	// (kubeletversion.Release.MemState) and the words of its refusals. nil
+	// means kubelet 1.36, for callers written before releases were told
+	// apart; NewConfig always sets it.
+	Release *kubeletversion.Release
+	// PodLevelResourceManagers is the kubelet's feature gate of that name,
+	// as Release enables it: with it kubelet 1.36 reads and writes FormatV2,
+	// and 1.37 restores and writes pod-level entries.
 	PodLevelResourceManagers bool
 	// Path is the state file's path, as the kubelet names it in its
 	// messages; "" means DefaultPath.
@@ -62,11 +66,14 @@ type KubeletFlags struct {
 	AllocatableIgnoresEviction bool
 }
 
-// NewConfig returns the memory manager configuration of a kubelet running
-// with kc, without any of KubeletFlags, on the machine snap, its state file
-// at path ("" for DefaultPath).
-func NewConfig(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot, path string) (Config, error) {
-	return NewConfigWithFlags(kc, KubeletFlags{}, snap, path)
+// NewConfig returns the memory manager configuration of a kubelet of
+// release rel running with kc, without any of KubeletFlags, on the machine
+// snap, its state file at path ("" for DefaultPath). Its feature gates are
+// enabled as that release's feature gate does (AllAlpha and AllBeta
+// included). A nil rel (an unknown kubelet) is an error: hotplugd does not
+// judge the files of a kubelet it does not know.
+func NewConfig(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot, path string, rel *kubeletversion.Release) (Config, error) {
+	return NewConfigWithFlags(kc, KubeletFlags{}, snap, path, rel)
 }
 
 // NewConfigWithFlags is NewConfig for a kubelet started with flags. The
@@ -74,11 +81,15 @@ func NewConfig(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot,
 // hands its memory manager (GetNodeAllocatableReservation, passed to
 // memorymanager.NewManager by NewContainerManager), which follows
 // --experimental-allocatable-ignore-eviction as node allocatable does.
-func NewConfigWithFlags(kc *kubeletv1beta1.KubeletConfiguration, flags KubeletFlags, snap *topology.Snapshot, path string) (Config, error) {
+func NewConfigWithFlags(kc *kubeletv1beta1.KubeletConfiguration, flags KubeletFlags, snap *topology.Snapshot, path string, rel *kubeletversion.Release) (Config, error) {
+	if rel == nil {
+		return Config{}, fmt.Errorf("memmgr: no kubelet release: %w", kubeletversion.ErrUnknown)
+	}
 	cfg := Config{
 		Policy:                   kc.MemoryManagerPolicy,
 		ReservedMemory:           kc.ReservedMemory,
-		PodLevelResourceManagers: kc.FeatureGates[podLevelResourceManagers],
+		Release:                  rel,
+		PodLevelResourceManagers: rel.Enabled(kc.FeatureGates, kubeletversion.GatePodLevelResourceManagers),
 		Path:                     path,
 	}
 	if cfg.Policy == "" {
@@ -96,6 +107,14 @@ func NewConfigWithFlags(kc *kubeletv1beta1.KubeletConfiguration, flags KubeletFl
 		cfg.NodeAllocatableReservation = r
 	}
 	return cfg, nil
+}
+
+// release is c.Release, kubelet 1.36 when unset.
+func (c Config) release() *kubeletversion.Release {
+	if c.Release == nil {
+		return kubeletversion.ByMinor(36)
+	}
+	return c.Release
 }
 
 func (c Config) path() string {

@@ -11,22 +11,30 @@
 // KubeletConfiguration (memoryManagerPolicy, reservedMemory, the node
 // allocatable reservation, the PodLevelResourceManagers feature gate).
 //
-// What it guarantees, checked against kubelet v1.36.3's own code in
-// test/kubeletcompat:
+// Every rule that differs between kubelet releases (the layouts each reads
+// and writes, how it verifies them, the words of its refusals) follows
+// Config.Release, from package kubeletversion: kubelets 1.34 and 1.35 read
+// and write FormatV1; 1.36 FormatV1, or with PodLevelResourceManagers
+// FormatV2; 1.37 writes FormatV3 (data/dataChecksum beside the V1 fields)
+// and reads every layout, migrating the older ones in memory without
+// rewriting the file.
 //
-//   - Parse accepts exactly the files the kubelet's checkpoint loader
-//     accepts, with the same checksum rules (FNV-32a over the
-//     k8s.io/utils/dump ForHash dump of the checkpoint with checksum 0,
-//     under the kubelet's type names; checksum 0 accepted), in the layouts
-//     kubelet 1.36 writes: FormatV1 (the default) and FormatV2 (podEntries,
-//     PodLevelResourceManagers). Kubelet 1.37's data/dataChecksum layout is
-//     refused, naming it. Errors carry the kubelet's own message.
-//   - Marshal writes the bytes the kubelet writes for the same state.
-//   - Validate returns the verdict of the kubelet's memory manager start
-//     (configuration, checkpoint restore, the Static policy's comparison of
-//     the file's machineState with the one it rebuilds from the machine and
-//     the assignments), with the kubelet's message and which NUMA node and
-//     resource differ.
+// What it guarantees, checked against each release's own code in
+// test/kubeletcompat (1.36.3; 1.37.2 with -tags kubelet_1_37):
+//
+//   - Parse decodes a file as every known kubelet's checkpoint loader does
+//     and records each one's verdict: the same checksum rules (FNV-32a over
+//     the k8s.io/utils/dump ForHash dump of the checkpoint under the
+//     kubelet's type names; checksum 0 accepted from 1.36 on; for FormatV3
+//     the dataChecksum over data only, and no fall-back from a file with
+//     data that does not load), the same decoding errors.
+//   - Marshal writes the bytes the kubelet writes for the same state, in
+//     the layout of the state's Format.
+//   - Validate returns the verdict of the configured kubelet's memory
+//     manager start (configuration, checkpoint restore, the Static policy's
+//     comparison of the file's machineState with the one it rebuilds from
+//     the machine and the assignments), with the kubelet's message and which
+//     NUMA node and resource differ.
 //   - PlanRebuild keeps every assignment that still fits and rebuilds the
 //     machine state the way the kubelet accounts it, so the kubelet accepts
 //     the result. It never drops an assignment silently: one that no longer

@@ -13,8 +13,10 @@ var (
 	ErrInvalid = errors.New("not a valid memory_manager_state")
 	// ErrCorrupt: the checksum does not verify.
 	ErrCorrupt = errors.New("checksum does not verify")
-	// ErrUnsupportedFormat: a layout hotplugd does not handle (kubelet
-	// 1.37's data/dataChecksum).
+	// ErrUnsupportedFormat: a layout no known kubelet writes (Parse: a file
+	// none of them accepts, with a field none of them knows; Marshal: an
+	// unknown Format), or a Config whose release has a layout hotplugd does
+	// not know. Callers step aside: the kubelet judges such a file itself.
 	ErrUnsupportedFormat = errors.New("unsupported memory_manager_state format")
 	// ErrPolicy: the file was written under another memoryManagerPolicy.
 	ErrPolicy = errors.New("memory manager policy changed")
@@ -33,9 +35,10 @@ var (
 )
 
 // KubeletError is a state (or configuration) the kubelet's memory manager
-// refuses at start. Kubelet is what kubelet v1.36 says, verbatim (it logs it
-// wrapped as "start memory manager error: ..." and exits); Detail is
-// hotplugd's explanation of what differs.
+// refuses at start. Kubelet is what the kubelet of the Config (its release
+// and feature gates) says, verbatim (it logs it wrapped as "start memory
+// manager error: ..." and exits); Detail is hotplugd's explanation of what
+// differs.
 type KubeletError struct {
 	// Kind is one of the Err* values above.
 	Kind error

@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 )
 
 // TestAllocatableIgnoresEviction: under
@@ -69,7 +70,7 @@ func TestAllocatableIgnoresEviction(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := NewConfigWithFlags(kc, KubeletFlags{AllocatableIgnoresEviction: tc.ignore}, s, "")
+			cfg, err := NewConfigWithFlags(kc, KubeletFlags{AllocatableIgnoresEviction: tc.ignore}, s, "", kubeletversion.ByMinor(36))
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("NewConfigWithFlags: %v, want an error: %v", err, tc.wantErr)
 			}

@@ -2,15 +2,19 @@ package memmgr
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 )
 
-// FuzzParse: Parse never panics; whatever it accepts Marshal writes in a
-// form that reads back to the same state and the same bytes; Validate and
-// PlanRebuild never panic on it and a plan's new state validates.
+// FuzzParse: Parse never panics and fails only on a layout no known kubelet
+// writes; whatever some kubelet accepts Marshal writes in a form that reads
+// back to the same state, verdicts and bytes; Validate and PlanRebuild never
+// panic, for any known kubelet, and a plan's new state validates.
 func FuzzParse(f *testing.F) {
 	vectors, _ := filepath.Glob("testdata/*.memory_manager_state")
 	for _, v := range vectors {
@@ -27,6 +31,9 @@ func FuzzParse(f *testing.F) {
 		`{"policyName":"Static","machineState":{"0":{"numberOfAssignments":0,"memoryMap":{"memory":{"total":1,"systemReserved":2,"allocatable":3,"reserved":0,"free":3}},"cells":[5]}},"entries":{"p":{"c":[{"numaAffinity":[0,7],"type":"memory","size":9}]}},"checksum":0}`,
 		`{"policyName":"Static","machineState":{},"entries":{"p":null},"podEntries":{"p":{"memoryBlocks":[{"numaAffinity":[0],"type":"memory","size":1}]}},"checksum":0}`,
 		`{"data":"x","dataChecksum":1}`,
+		`{"data":"{}","dataChecksum":0,"checksum":0}`,
+		`{"data":5,"dataChecksum":0,"checksum":0}`,
+		`{"policyName":"None","data":"{\"policyName\":\"Static\",\"machineState\":{},\"podEntries\":{\"p\":{}}}","dataChecksum":1}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -41,13 +48,26 @@ func FuzzParse(f *testing.F) {
 	gated := staticCfg(map[int]uint64{0: gi})
 	gated.PodLevelResourceManagers = true
 	cfgs = append(cfgs, gated)
+	for _, minor := range []int{34, 37} {
+		for _, c := range []Config{staticCfg(map[int]uint64{0: gi}), gated, {Policy: PolicyNone}} {
+			c.Release = kubeletversion.ByMinor(minor)
+			cfgs = append(cfgs, c)
+		}
+	}
 
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := Parse(b)
 		if err != nil {
-			if !strings.HasPrefix(err.Error(), "memmgr: ") {
-				t.Fatalf("error without the package: %v", err)
+			if !strings.HasPrefix(err.Error(), "memmgr: ") || !errors.Is(err, ErrUnsupportedFormat) {
+				t.Fatalf("Parse: %v", err)
 			}
+			return
+		}
+		for _, cfg := range cfgs {
+			_ = Validate(s, machine, cfg)
+			_, _ = PlanRebuild(s, machine, cfg)
+		}
+		if !s.read.acceptedByAny() {
 			return
 		}
 		out, err := s.Clone().Marshal()
@@ -65,6 +85,12 @@ func FuzzParse(f *testing.F) {
 		}
 		if back.Format != s.Format {
 			t.Fatalf("format %s read back as %s", s.Format, back.Format)
+		}
+		for r, l := range back.read.loads {
+			w := writtenLoads(back.Format)[r]
+			if (l.refused == nil) != (w.refused == nil) || l.layout != w.layout || l.pods != w.pods {
+				t.Fatalf("%s: %+v on the written file, %+v assumed", reader(r), l, w)
+			}
 		}
 		again, err := back.Marshal()
 		if err != nil || !bytes.Equal(again, out) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/memmgr/state"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
@@ -96,7 +97,7 @@ reservedMemory:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := NewConfig(kc, s, "")
+	cfg, err := NewConfig(kc, s, "", kubeletversion.ByMinor(36))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/memmgr/state"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
@@ -76,7 +77,7 @@ func noNUMAConfig(t *testing.T, s *topology.Snapshot, reserved map[int]string) C
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := NewConfig(kc, s, "")
+	cfg, err := NewConfig(kc, s, "", kubeletversion.ByMinor(36))
 	if err != nil {
 		t.Fatal(err)
 	}

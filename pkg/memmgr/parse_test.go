@@ -4,63 +4,116 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/memmgr/state"
 	"github.com/hotplugd/hotplugd/pkg/statefile"
+	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
-// TestParseBadInput: every malformed file is a clear error; the kubelet's
-// own message where the kubelet reads the file.
+// releaseConfigs are the vectors' Static kubelet as each known kubelet
+// loader: every release, with and without PodLevelResourceManagers where
+// the release has it.
+func releaseConfigs(t *testing.T, snap *topology.Snapshot) map[string]Config {
+	t.Helper()
+	out := map[string]Config{}
+	for _, rel := range kubeletversion.Releases() {
+		cfg := vectorConfig(t, PolicyStatic, snap)
+		cfg.Release = rel
+		name := fmt.Sprintf("1.%d", rel.Minor)
+		out[name] = cfg
+		if _, ok := rel.Gates[kubeletversion.GatePodLevelResourceManagers]; ok {
+			cfg.PodLevelResourceManagers = true
+			out[name+" gate"] = cfg
+		}
+	}
+	return out
+}
+
+// restoreMsg is the kubelet's message when it cannot restore its state from
+// the vectors' file.
+func restoreMsg(reason string) string {
+	return "could not restore state from checkpoint: " + reason +
+		`, please drain this node and delete the memory manager checkpoint file "/var/lib/kubelet/memory_manager_state" before restarting Kubelet`
+}
+
+// TestParseBadInput: a malformed file is no Parse error; every kubelet
+// refuses it at restore, in its own words, which Validate gives. Kubelets
+// 1.34 and 1.35 name their struct MemoryManagerCheckpoint where later ones
+// say MemoryManagerCheckpointV1; 1.34 and 1.35 verify checksum 0.
 func TestParseBadInput(t *testing.T) {
 	m04 := readVector(t, "m04-static-1-entry")
-	restore := func(reason string) string {
-		return "could not restore state from checkpoint: " + reason +
-			`, please drain this node and delete the memory manager checkpoint file "/var/lib/kubelet/memory_manager_state" before restarting Kubelet`
-	}
+	machine := vectorMachine(t, 8)
 	for _, tc := range []struct {
 		name    string
 		in      []byte
 		want    error
 		kubelet string
+		// old is what kubelets 1.34 and 1.35 say, when it differs.
+		old string
 	}{
-		{"empty", nil, ErrInvalid, restore("unexpected end of JSON input")},
-		{"truncated", m04[:len(m04)/2], ErrInvalid, restore("unexpected end of JSON input")},
-		{"not JSON", []byte("policyName: Static\n"), ErrInvalid, restore("invalid character 'p' looking for beginning of value")},
-		{"trailing garbage", append(append([]byte{}, m04...), "}"...), ErrInvalid, restore("invalid character '}' after top-level value")},
-		{"policyName a number", []byte(`{"policyName":5,"machineState":{},"checksum":0}`), ErrInvalid,
-			restore("json: cannot unmarshal number into Go struct field MemoryManagerCheckpointV1.policyName of type string")},
-		{"total a string", bytes.Replace(m04, []byte(`"total":8589934592`), []byte(`"total":"8Gi"`), 1), ErrInvalid,
-			restore("json: cannot unmarshal string into Go struct field MemoryTable.machineState.memoryMap.total of type uint64")},
-		{"negative size", bytes.Replace(m04, []byte(`"size":1073741824`), []byte(`"size":-1`), 1), ErrInvalid,
-			restore("json: cannot unmarshal number -1 into Go struct field Block.entries.size of type uint64")},
-		{"NUMA id not a number", bytes.Replace(m04, []byte(`"machineState":{"0"`), []byte(`"machineState":{"zero"`), 1), ErrInvalid,
-			restore(`json: cannot unmarshal number zero into Go struct field MemoryManagerCheckpointV1.machineState of type int`)},
-		{"checksum a string", bytes.Replace(m04, []byte(`"checksum":631627110`), []byte(`"checksum":"631627110"`), 1), ErrInvalid,
-			restore("json: cannot unmarshal string into Go struct field MemoryManagerCheckpointV1.checksum of type checksum.Checksum")},
-		{"entry edited", bytes.Replace(m04, []byte(`"size":1073741824`), []byte(`"size":1073741825`), 1), ErrCorrupt, restore("checkpoint is corrupted")},
-		{"1.37 data layout", []byte(`{"data":"{}","dataChecksum":1,"policyName":"Static","machineState":{},"checksum":0}`), ErrUnsupportedFormat, "(kubelet 1.37 or later layout)"},
+		{name: "empty", in: nil, want: ErrInvalid, kubelet: "unexpected end of JSON input"},
+		{name: "truncated", in: m04[:len(m04)/2], want: ErrInvalid, kubelet: "unexpected end of JSON input"},
+		{name: "not JSON", in: []byte("policyName: Static\n"), want: ErrInvalid, kubelet: "invalid character 'p' looking for beginning of value"},
+		{name: "trailing garbage", in: append(append([]byte{}, m04...), "}"...), want: ErrInvalid, kubelet: "invalid character '}' after top-level value"},
+		{name: "policyName a number", in: []byte(`{"policyName":5,"machineState":{},"checksum":0}`), want: ErrInvalid,
+			kubelet: "json: cannot unmarshal number into Go struct field MemoryManagerCheckpointV1.policyName of type string",
+			old:     "json: cannot unmarshal number into Go struct field MemoryManagerCheckpoint.policyName of type string"},
+		{name: "total a string", in: bytes.Replace(m04, []byte(`"total":8589934592`), []byte(`"total":"8Gi"`), 1), want: ErrInvalid,
+			kubelet: "json: cannot unmarshal string into Go struct field MemoryTable.machineState.memoryMap.total of type uint64"},
+		{name: "negative size", in: bytes.Replace(m04, []byte(`"size":1073741824`), []byte(`"size":-1`), 1), want: ErrInvalid,
+			kubelet: "json: cannot unmarshal number -1 into Go struct field Block.entries.size of type uint64"},
+		{name: "NUMA id not a number", in: bytes.Replace(m04, []byte(`"machineState":{"0"`), []byte(`"machineState":{"zero"`), 1), want: ErrInvalid,
+			kubelet: `json: cannot unmarshal number zero into Go struct field MemoryManagerCheckpointV1.machineState of type int`,
+			old:     `json: cannot unmarshal number zero into Go struct field MemoryManagerCheckpoint.machineState of type int`},
+		{name: "checksum a string", in: bytes.Replace(m04, []byte(`"checksum":631627110`), []byte(`"checksum":"631627110"`), 1), want: ErrInvalid,
+			kubelet: "json: cannot unmarshal string into Go struct field MemoryManagerCheckpointV1.checksum of type checksum.Checksum",
+			old:     "json: cannot unmarshal string into Go struct field MemoryManagerCheckpoint.checksum of type checksum.Checksum"},
+		{name: "entry edited", in: bytes.Replace(m04, []byte(`"size":1073741824`), []byte(`"size":1073741825`), 1), want: ErrCorrupt, kubelet: "checkpoint is corrupted"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := Parse(tc.in)
-			if !errors.Is(err, tc.want) {
-				t.Fatalf("Parse = %v, %v; want %v", s, err, tc.want)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
 			}
-			var ke *KubeletError
-			if !errors.As(err, &ke) {
-				t.Fatalf("%v is no KubeletError", err)
-			}
-			if ke.Kubelet != tc.kubelet {
-				t.Errorf("kubelet message\n got %s\nwant %s", ke.Kubelet, tc.kubelet)
-			}
-			if !strings.HasPrefix(err.Error(), "memmgr: ") {
-				t.Errorf("error %q does not name the package", err)
+			for name, cfg := range releaseConfigs(t, machine) {
+				want := tc.kubelet
+				if tc.old != "" && cfg.Release.Minor < 36 {
+					want = tc.old
+				}
+				err := Validate(s, machine, cfg)
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("%s: Validate = %v; want %v", name, err, tc.want)
+				}
+				if got := kubeletSays(t, err); got != restoreMsg(want) {
+					t.Errorf("%s: kubelet message\n got %s\nwant %s", name, got, restoreMsg(want))
+				}
+				if !strings.HasPrefix(err.Error(), "memmgr: ") {
+					t.Errorf("error %q does not name the package", err)
+				}
+				if p, err := PlanRebuild(s, machine, cfg); !errors.Is(err, tc.want) {
+					t.Errorf("%s: PlanRebuild = %v, %v; a damaged file is left to a person", name, p, err)
+				}
 			}
 		})
+	}
+}
+
+// TestParseUnsupported: a file no known kubelet accepts, with a field none
+// of them writes, is a layout hotplugd does not know: ErrUnsupportedFormat,
+// naming the field. Without such a field it is a refusal every kubelet
+// makes (above); with it but accepted, the field is ignored as the kubelets
+// ignore it (TestParseLenient).
+func TestParseUnsupported(t *testing.T) {
+	_, err := Parse([]byte(`{"policyName":"Static","machineState":{},"dataV4":"{}","dataV4Checksum":7,"checksum":12345}`))
+	if !errors.Is(err, ErrUnsupportedFormat) || !strings.Contains(err.Error(), `"dataV4"`) || !strings.HasPrefix(err.Error(), "memmgr: ") {
+		t.Errorf("Parse: %v", err)
 	}
 }
 
@@ -147,14 +200,29 @@ func TestReadFile(t *testing.T) {
 	if _, err := ReadFile(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing: %v", err)
 	}
+	// A file the kubelet refuses reads; Validate refuses it, naming the
+	// configured path.
 	bad := filepath.Join(dir, "bad")
 	if err := os.WriteFile(bad, []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := ReadFile(bad)
+	s, err := ReadFile(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	machine := vectorMachine(t, 8)
+	cfg := vectorConfig(t, PolicyStatic, machine)
+	cfg.Path = bad
+	err = Validate(s, machine, cfg)
 	var ke *KubeletError
 	if !errors.As(err, &ke) || !strings.Contains(ke.Kubelet, `checkpoint file "`+bad+`"`) {
 		t.Errorf("bad file: %v", err)
+	}
+	if err := os.WriteFile(bad, []byte(`{"v4":1,"checksum":5}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadFile(bad); !errors.Is(err, ErrUnsupportedFormat) || !strings.Contains(err.Error(), bad) {
+		t.Errorf("unsupported file: %v", err)
 	}
 }
 

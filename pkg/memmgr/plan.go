@@ -75,25 +75,37 @@ func (p *Plan) Blocked() bool { return len(p.NeedsDrain) > 0 }
 // and container name order, as the kubelet accounts it. An assignment on a
 // NUMA node or resource the machine no longer has, or larger than what is
 // left of its nodes' allocatable memory after the assignments before it, is
-// NeedsDrain, or Dropped with cfg.AllowDrop. New is written in the format
-// of the configured kubelet (FormatV2 with PodLevelResourceManagers);
-// pod-level assignments cannot be carried to a kubelet without that gate and
-// need a drain.
+// NeedsDrain, or Dropped with cfg.AllowDrop. The assignments are those the
+// configured kubelet restores from s (for kubelet 1.37 from data, migrating
+// a FormatV1 or FormatV2 file as it does). New is written in the layout that
+// kubelet writes (FormatV3 for 1.37, FormatV2 for 1.36 with
+// PodLevelResourceManagers, else FormatV1); pod-level assignments cannot be
+// carried to a kubelet without that gate and need a drain.
 //
 // It fails, leaving the file to a person, when the configuration itself is
-// refused (ErrConfig) or the policy changed (ErrPolicy).
+// refused (ErrConfig), the policy changed (ErrPolicy), or the kubelet
+// refuses the file as undecodable or corrupted (ErrInvalid, ErrCorrupt),
+// except a FormatV2 file under a kubelet that does not read that layout:
+// that one is rewritten in the kubelet's layout from what verified.
 func PlanRebuild(s *State, snap *topology.Snapshot, cfg Config) (*Plan, error) {
 	reserved, err := checkConfig(snap, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if s.PolicyName != cfg.Policy {
-		return nil, policyError(s, cfg)
+	src, podLevel, err := restored(s, cfg)
+	if err != nil {
+		if !unreadLayout(s, cfg) {
+			return nil, err
+		}
+		src, podLevel = s, true
+	}
+	if src.PolicyName != cfg.Policy {
+		return nil, policyError(src, cfg)
 	}
 	p := &Plan{Path: cfg.path(), Old: s}
 	why := Validate(s, snap, cfg)
 	if why == nil {
-		p.Kept = assignments(units(s, cfg.PodLevelResourceManagers && s.Format == FormatV2))
+		p.Kept = assignments(units(src, podLevel))
 		return p, nil
 	}
 	p.Changed, p.Why = true, why
@@ -105,21 +117,22 @@ func PlanRebuild(s *State, snap *topology.Snapshot, cfg Config) (*Plan, error) {
 		Entries:      state.ContainerMemoryAssignments{},
 		Format:       target,
 	}
-	if target == FormatV2 {
+	pods := writesPods(cfg)
+	if pods {
 		n.PodEntries = state.PodMemoryAssignments{}
 	}
 	if cfg.Policy == PolicyNone {
 		// Nothing to account: only the layout can be wrong.
-		n.MachineState = cloneNodes(s.MachineState)
-		n.Entries = kubeletEntries(s.Entries)
-		if target == FormatV2 {
-			n.PodEntries = clonePodEntries(s.PodEntries)
+		n.MachineState = cloneNodes(src.MachineState)
+		n.Entries = kubeletEntries(src.Entries)
+		if pods && src.PodEntries != nil {
+			n.PodEntries = clonePodEntries(src.PodEntries)
 		}
 	} else {
 		n.MachineState = defaultMachineState(snap, reserved)
-		p.rebuild(s, n, cfg)
+		p.rebuild(src, podLevel, n, cfg)
 	}
-	p.Changes = machineStateChanges(s.MachineState, n.MachineState)
+	p.Changes = machineStateChanges(src.MachineState, n.MachineState)
 	if s.Format != n.Format {
 		p.Changes = append(p.Changes, fmt.Sprintf("format %s -> %s", s.Format, n.Format))
 	}
@@ -131,9 +144,10 @@ func PlanRebuild(s *State, snap *topology.Snapshot, cfg Config) (*Plan, error) {
 	return p, nil
 }
 
-// rebuild replays s's assignments onto n's fresh machine state.
-func (p *Plan) rebuild(s, n *State, cfg Config) {
-	podLevel := s.Format == FormatV2
+// rebuild replays the assignments of s, the state the kubelet restored
+// (with pod-level entries if podLevel), onto n's fresh machine state.
+func (p *Plan) rebuild(s *State, podLevel bool, n *State, cfg Config) {
+	pods := writesPods(cfg)
 	drain := func(u unit, reason string) {
 		a := Assignment{PodUID: u.PodUID, Container: u.Container, Blocks: u.Blocks, Reason: reason}
 		if cfg.AllowDrop {
@@ -143,7 +157,7 @@ func (p *Plan) rebuild(s, n *State, cfg Config) {
 		}
 	}
 	for _, u := range units(s, podLevel) {
-		if u.Container == "" && n.Format != FormatV2 {
+		if u.Container == "" && !pods {
 			drain(u, "a pod-level assignment needs the PodLevelResourceManagers feature gate, which the kubelet does not have")
 			continue
 		}
@@ -173,7 +187,7 @@ func (p *Plan) rebuild(s, n *State, cfg Config) {
 			n.Entries[pod] = map[string][]state.Block{}
 		}
 	}
-	if n.Format == FormatV2 {
+	if pods {
 		for pod, e := range s.PodEntries {
 			if _, ok := s.Entries[pod]; !ok {
 				n.PodEntries[pod] = state.PodEntry{MemoryBlocks: kubeletBlocks(e.MemoryBlocks)}

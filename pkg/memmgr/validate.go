@@ -16,10 +16,12 @@ import (
 //  1. creating the policy (NewManager): an unknown policy; for Static,
 //     reservedMemory naming a NUMA node the machine lacks, not adding up to
 //     the node allocatable reservation, or reserving no memory (ErrConfig);
-//  2. restoring the checkpoint: a checksum the kubelet's loader does not
-//     accept with its feature gates (ErrCorrupt: a FormatV2 file under a
-//     kubelet without PodLevelResourceManagers), a policy name other than
-//     the configured one (ErrPolicy);
+//  2. restoring the checkpoint, as cfg.Release's loader does with its
+//     feature gates (see Parse): a file it cannot decode (ErrInvalid), a
+//     checksum it does not accept (ErrCorrupt: e.g. a FormatV2 file under a
+//     kubelet without PodLevelResourceManagers, a FormatV3 file whose
+//     dataChecksum does not verify under kubelet 1.37), a policy name other
+//     than the configured one (ErrPolicy);
 //  3. the Static policy's state check: assignments with an empty machine
 //     state, assignments on a NUMA node or a resource the machine lacks
 //     (ErrAssignment), or a machineState that differs from the one rebuilt
@@ -33,13 +35,17 @@ func Validate(s *State, snap *topology.Snapshot, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := checkRestore(s, cfg); err != nil {
+	v, podLevel, err := restored(s, cfg)
+	if err != nil {
 		return err
+	}
+	if v.PolicyName != cfg.Policy {
+		return policyError(v, cfg)
 	}
 	if cfg.Policy == PolicyNone {
 		return nil // the None policy checks nothing
 	}
-	return validateStatic(s, snap, cfg, reserved)
+	return validateStatic(v, snap, reserved, podLevel)
 }
 
 // checkConfig is step 1 of Validate.
@@ -53,44 +59,15 @@ func checkConfig(snap *topology.Snapshot, cfg Config) (systemReserved, error) {
 	return staticReservation(snap, cfg)
 }
 
-// checkRestore is step 2 of Validate.
-func checkRestore(s *State, cfg Config) error {
-	gate := cfg.PodLevelResourceManagers
-	v := s.verified
-	if v == notParsed || (v == verifiedV2) != (s.Format == FormatV2) {
-		// A state built in memory (or whose Format was changed after it
-		// was read) is judged as Marshal writes it.
-		v = verifiedLegacy
-		if s.Format == FormatV2 {
-			v = verifiedV2
-		}
-	}
-	// Without the gate the kubelet loads the V1 layout only and accepts a
-	// zero checksum or either V1 hash; with it, the V2 layout, then V1 with
-	// a zero checksum or the legacy hash.
-	switch {
-	case v == verifiedV2 && !gate:
-		return restoreError(ErrCorrupt, "checkpoint is corrupted", cfg.path(),
-			"the file is in format V2 (podEntries), written by a kubelet with the PodLevelResourceManagers feature gate, which this kubelet does not have", nil)
-	case v == verifiedV1Name && gate:
-		return restoreError(ErrCorrupt, "checkpoint is corrupted", cfg.path(),
-			"the checksum is over the V1 layout under its own type name, which a kubelet with PodLevelResourceManagers does not accept", nil)
-	}
-	if s.PolicyName != cfg.Policy {
-		return policyError(s, cfg)
-	}
-	return nil
-}
-
 func policyError(s *State, cfg Config) error {
 	return restoreError(ErrPolicy,
 		fmt.Sprintf("[memorymanager] configured policy %q differs from state checkpoint policy %q", cfg.Policy, s.PolicyName), cfg.path(),
 		"the memoryManagerPolicy changed: drain the node, then remove the file (its assignments belong to the old policy)", nil)
 }
 
-// validateStatic is step 3 of Validate.
-func validateStatic(s *State, snap *topology.Snapshot, cfg Config, reserved systemReserved) error {
-	podLevel := cfg.PodLevelResourceManagers && s.Format == FormatV2
+// validateStatic is step 3 of Validate, on the state the kubelet restored;
+// podLevel says it restored pod-level entries.
+func validateStatic(s *State, snap *topology.Snapshot, reserved systemReserved, podLevel bool) error {
 	if len(s.MachineState) == 0 {
 		if len(s.Entries) != 0 {
 			return &KubeletError{Kind: ErrMachineState,
@@ -135,11 +112,4 @@ func New(snap *topology.Snapshot, cfg Config) (*State, error) {
 		s.MachineState = defaultMachineState(snap, reserved)
 	}
 	return s, nil
-}
-
-func formatFor(cfg Config) Format {
-	if cfg.PodLevelResourceManagers {
-		return FormatV2
-	}
-	return FormatV1
 }

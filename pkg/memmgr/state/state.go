@@ -1,6 +1,8 @@
 // Package state holds the data of the kubelet's memory_manager_state
 // checkpoint, shaped and named exactly as the kubelet's own
-// pkg/kubelet/cm/memorymanager/state types (kubelet v1.36).
+// pkg/kubelet/cm/memorymanager/state types (kubelet v1.36; the types of
+// other releases whose names clash with these are in the subpackages v134
+// and v137, also named state).
 //
 // The names are not a matter of taste: the kubelet's checksum is an FNV-32a
 // hash over a spew dump of the checkpoint struct, and that dump prints the
@@ -65,7 +67,9 @@ type PodEntry struct {
 // MemoryManagerCheckpoint is the file's layout as kubelet 1.36 writes it
 // with the PodLevelResourceManagers feature gate on (the kubelet's
 // MemoryManagerCheckpointV2, an alias of this name). Its checksum is over
-// this struct, podEntries included.
+// this struct, podEntries included. Kubelet 1.37 reads it as its own
+// MemoryManagerCheckpointV2, whose dump it hashes under this name: the same
+// checksum.
 type MemoryManagerCheckpoint struct {
 	PolicyName   string                     `json:"policyName"`
 	MachineState NUMANodeMap                `json:"machineState"`
