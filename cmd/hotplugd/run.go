@@ -336,7 +336,8 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (func(*daemon.
 		rem, err := remedy.New(remedy.Options{
 			Mode: mode, Settle: o.Settle, Interval: o.RemedyInterval, Timeout: o.RemedyTimeout, DryRun: o.DryRun,
 			RootDir: rootDir, Config: kubeletCfg, Release: rel, HealthzURL: healthz, InPlaceResize: inPlace,
-			Control: control, Node: rep, Snapshot: d.FS().Snapshot, Busy: d.Busy,
+			AllocatableIgnoresEviction: kubelet != nil && kubelet.AllocatableIgnoresEviction,
+			Control:                    control, Node: rep, Snapshot: d.FS().Snapshot, Busy: d.Busy,
 			Log: log, Registerer: metrics.Registry,
 		})
 		if err != nil {

@@ -52,6 +52,10 @@ type Options struct {
 	Release *kubeletversion.Release
 	// Version is the kubelet's version as found (zero when none was).
 	Version kubeletversion.Version
+	// AllocatableIgnoresEviction is the kubelet's
+	// --experimental-allocatable-ignore-eviction: the memory manager's
+	// reservation check then leaves the hard eviction thresholds out.
+	AllocatableIgnoresEviction bool
 	// DryRun plans without writing.
 	DryRun bool
 	// AllowDrop lets a repair drop the assignments that lost their CPUs or
@@ -235,7 +239,7 @@ func memoryManager(snap *topology.Snapshot, o Options) manager {
 			if err != nil {
 				return loaded{}, err
 			}
-			cfg, err := memmgr.NewConfig(o.Config, snap, path, o.Release)
+			cfg, err := memmgr.NewConfigWithFlags(o.Config, memmgr.KubeletFlags{AllocatableIgnoresEviction: o.AllocatableIgnoresEviction}, snap, path, o.Release)
 			if err != nil {
 				return loaded{}, fmt.Errorf("%w: %w", errConfig, err)
 			}

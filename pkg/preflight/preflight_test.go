@@ -1,7 +1,6 @@
 package preflight
 
 import (
-	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
 	"github.com/hotplugd/hotplugd/pkg/cpumgr"
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
@@ -204,6 +204,14 @@ reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]
 	}
 	if r := Run(snapWith(16<<20), o).Results[1]; r.Verdict != Valid {
 		t.Errorf("second run: %+v, want valid", r)
+	}
+
+	// The same kubelet started with --experimental-allocatable-ignore-eviction
+	// reserves 924Mi for node allocatable, not 1Gi, and its memory manager
+	// refuses reservedMemory of 1Gi: a person must fix the configuration.
+	o.AllocatableIgnoresEviction = true
+	if r := Run(snapWith(16<<20), o).Results[1]; r.Verdict != NeedsPerson || !strings.Contains(r.Why, `is not equal to the value "924Mi" determined by Node Allocatable feature`) {
+		t.Errorf("with --experimental-allocatable-ignore-eviction: %+v, want the kubelet's refusal", r)
 	}
 }
 

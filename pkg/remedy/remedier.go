@@ -59,6 +59,10 @@ type Options struct {
 	Config  *kubeletv1beta1.KubeletConfiguration
 	// HealthzURL is the kubelet's healthz; "" skips that wait.
 	HealthzURL string
+	// AllocatableIgnoresEviction is the kubelet's
+	// --experimental-allocatable-ignore-eviction (the state-file checks
+	// follow it).
+	AllocatableIgnoresEviction bool
 	// Release is the kubelet's release row; required for ModeRestartKubelet
 	// (the state files are repaired by its rules).
 	Release *kubeletversion.Release
@@ -277,7 +281,8 @@ func (m *Remedier) restart(ctx context.Context, plan Plan) Attempt {
 	if err != nil {
 		return m.fail(Attempt{}, fmt.Errorf("remedy: reading the topology: %w", err), next, false)
 	}
-	pf := preflight.Options{RootDir: m.o.RootDir, Config: m.o.Config, Release: m.o.Release, Now: m.clock.Now()}
+	pf := preflight.Options{RootDir: m.o.RootDir, Config: m.o.Config, Release: m.o.Release,
+		AllocatableIgnoresEviction: m.o.AllocatableIgnoresEviction, Now: m.clock.Now()}
 
 	// Plan the repair first: when it needs a person, the kubelet is left
 	// running as it is.
