@@ -109,6 +109,15 @@ func PlanRebuild(s *State, snap *topology.Snapshot, cfg Config) (*Plan, error) {
 		return p, nil
 	}
 	p.Changed, p.Why = true, why
+	if !podLevel && s.Format != FormatV1 && len(s.PodEntries) > 0 {
+		// Pod-level entries the file holds (and verified) stay pod-level
+		// in the rebuild even where this kubelet does not restore them
+		// (1.37 without the gate; an older kubelet reading a 1.37 file's V1
+		// fields): carried where it keeps them, else a drain, never turned
+		// silently into container entries that lose the pod's reservation.
+		src = &State{PolicyName: src.PolicyName, MachineState: src.MachineState, Entries: src.Entries, PodEntries: s.PodEntries, Format: src.Format}
+		podLevel = true
+	}
 
 	target := formatFor(cfg)
 	n := &State{

@@ -198,8 +198,9 @@ func TestV3Migrates(t *testing.T) {
 // TestV3PodLevel: a pod-level assignment in a V2 file (kubelet 1.36 with
 // the gate) is restored by kubelet 1.37 only with the gate too: with it the
 // file is valid and a rebuild keeps the pod-level entry in data; without it
-// the kubelet accounts the containers alone, which differs, and the rebuild
-// is what it would write: V3 without pod-level entries.
+// the kubelet accounts the containers alone, which differs, and the
+// pod-level assignment needs a drain (as for 1.36 without the gate): turned
+// into container entries it would lose the pod's reservation.
 func TestV3PodLevel(t *testing.T) {
 	machine := snap(twoNodes()...)
 	on := staticCfg(map[int]uint64{0: gi})
@@ -257,11 +258,17 @@ func TestV3PodLevel(t *testing.T) {
 	}
 
 	p, err = PlanRebuild(pl, machine, off37)
-	if err != nil || !p.Changed || p.Blocked() || p.New.Format != FormatV3 || len(p.New.PodEntries) != 0 {
+	if err != nil || !p.Changed || p.New.Format != FormatV3 || len(p.New.PodEntries) != 0 {
 		t.Fatalf("without the gate: %v\n%s", err, p)
 	}
-	if got := p.New.MachineState[0].MemoryMap[v1.ResourceMemory].Reserved; got != 2*gi {
-		t.Errorf("reserved %d, want the containers' 2Gi", got)
+	checkAssignments(t, "needs drain", []string{podA + "/: a pod-level assignment needs the PodLevelResourceManagers"}, p.NeedsDrain)
+	off37.AllowDrop = true
+	p, err = PlanRebuild(pl, machine, off37)
+	if err != nil || p.Blocked() || len(p.Dropped) != 1 || len(p.New.Entries) != 0 {
+		t.Fatalf("without the gate, drop allowed: %v\n%s", err, p)
+	}
+	if err := Validate(reparse(t, p.New), machine, off37); err != nil {
+		t.Errorf("rebuilt without the pod: %v", err)
 	}
 }
 

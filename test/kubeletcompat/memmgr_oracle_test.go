@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/memmgr"
 )
 
@@ -150,7 +151,9 @@ func TestMemoryManagerFirstStart(t *testing.T) {
 		if !bytes.Equal(got, kubelet) {
 			t.Errorf("%s gate %v: hotplugd New\n%s\nkubelet\n%s", tc.policy, tc.podLevel, got, kubelet)
 		}
-		if tc.vector != "" {
+		// The vectors are V1 files; kubelet 1.37 writes V3 (its golden file
+		// is checked in TestMemoryManagerV137Golden).
+		if tc.vector != "" && hotplugdRelease(t).MemState != kubeletversion.MemStateV3 {
 			if v := readMemVector(t, tc.vector); !bytes.Equal(bytes.TrimSuffix(v, []byte("\n")), kubelet) {
 				t.Errorf("%s: the kubelet wrote\n%s\nthe vector is\n%s", tc.policy, kubelet, v)
 			}
