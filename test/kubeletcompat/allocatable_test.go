@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	cadvisorapi "github.com/google/cadvisor/info/v1"
 	"github.com/google/go-cmp/cmp"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/cpuset"
@@ -23,7 +22,7 @@ const oddMemoryBytes = 131006464*1024 + 512
 // code) and as hotplugd sees it (snap).
 type machineCase struct {
 	name string
-	info *cadvisorapi.MachineInfo
+	info *oracle.MachineInfo
 	snap *topology.Snapshot
 	// skip, when set, is why the machine cannot be used here.
 	skip string
@@ -33,6 +32,29 @@ type machineCase struct {
 	want map[string]map[string]string
 }
 
+// TestCapacityMatchesKubelet compares hotplugd's capacity with the
+// kubelet's node status (cAdvisor's machine info through the node-status
+// setter) for every test machine.
+func TestCapacityMatchesKubelet(t *testing.T) {
+	for _, m := range testMachines(t) {
+		t.Run(m.name, func(t *testing.T) {
+			if m.skip != "" {
+				t.Skip(m.skip)
+			}
+			want, _, err := oracle.NodeStatus(m.info, "")
+			if err != nil {
+				t.Fatalf("oracle.NodeStatus() error: %v", err)
+			}
+			if diff := cmp.Diff(quantities(want), quantities(m.snap.Capacity())); diff != "" {
+				t.Errorf("capacity differs (-kubelet +hotplugd):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestAllocatableMatchesKubelet compares hotplugd's allocatable (and
+// capacity) with the kubelet's for every test machine and kubelet
+// configuration.
 func TestAllocatableMatchesKubelet(t *testing.T) {
 	for _, m := range testMachines(t) {
 		t.Run(m.name, func(t *testing.T) {
@@ -103,7 +125,7 @@ func testMachines(t *testing.T) []machineCase {
 
 	// This machine, as the kubelet's cAdvisor reads it.
 	real := machineCase{name: "this machine"}
-	if info, err := oracle.MachineInfo(); err != nil {
+	if info, err := oracle.HostMachineInfo(); err != nil {
 		real.skip = "cAdvisor machine.Info fails on this machine: " + err.Error()
 	} else if snap, err := topology.NewFS("/sys", "/proc").Snapshot(); err != nil {
 		t.Errorf("hotplugd snapshot of this machine: %v", err)
@@ -215,23 +237,23 @@ func rootCase(t *testing.T, name, root string) machineCase {
 
 // handBuiltInfo is a cAdvisor MachineInfo for two sockets of 4 cores x 2
 // threads, one NUMA node each, with memory that is no whole number of Ki.
-func handBuiltInfo() *cadvisorapi.MachineInfo {
-	info := &cadvisorapi.MachineInfo{
+func handBuiltInfo() *oracle.MachineInfo {
+	info := &oracle.MachineInfo{
 		NumCores:         16,
 		NumPhysicalCores: 8,
 		NumSockets:       2,
 		MemoryCapacity:   oddMemoryBytes,
-		HugePages:        []cadvisorapi.HugePagesInfo{{PageSize: 1048576, NumPages: 6}, {PageSize: 2048, NumPages: 768}},
+		HugePages:        []oracle.HugePagesInfo{{PageSize: 1048576, NumPages: 6}, {PageSize: 2048, NumPages: 768}},
 	}
 	for node := 0; node < 2; node++ {
-		n := cadvisorapi.Node{
+		n := oracle.Node{
 			Id:        node,
 			Memory:    oddMemoryBytes / 2,
-			HugePages: []cadvisorapi.HugePagesInfo{{PageSize: 1048576, NumPages: 3}, {PageSize: 2048, NumPages: 384}},
+			HugePages: []oracle.HugePagesInfo{{PageSize: 1048576, NumPages: 3}, {PageSize: 2048, NumPages: 384}},
 		}
 		for core := 0; core < 4; core++ {
 			first := node*8 + core*2
-			n.Cores = append(n.Cores, cadvisorapi.Core{Id: core, SocketID: node, Threads: []int{first, first + 1}})
+			n.Cores = append(n.Cores, oracle.Core{Id: core, SocketID: node, Threads: []int{first, first + 1}})
 		}
 		info.Topology = append(info.Topology, n)
 	}

@@ -45,9 +45,9 @@ func TestIntegrationCapacityMatchesCAdvisor(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.apply(t)
 
-			info, err := oracle.MachineInfo()
+			info, err := oracle.HostMachineInfo()
 			if err != nil {
-				t.Fatalf("oracle.MachineInfo() error: %v", err)
+				t.Fatalf("oracle.HostMachineInfo() error: %v", err)
 			}
 			snap, err := topology.NewFS("/sys", "/proc").Snapshot()
 			if err != nil {

@@ -1,34 +1,23 @@
 package kubeletcompat_test
 
 import (
-	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
-	"github.com/go-logr/logr"
-	cadvisorapi "github.com/google/cadvisor/info/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/types"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	"k8s.io/component-base/featuregate"
-	featuregatetesting "k8s.io/component-base/featuregate/testing"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
-	"k8s.io/kubernetes/pkg/features"
-	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager"
 	cpustate "k8s.io/kubernetes/pkg/kubelet/cm/cpumanager/state"
-	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/utils/cpuset"
 
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
 	"github.com/hotplugd/hotplugd/pkg/cpumgr"
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
 	"github.com/hotplugd/hotplugd/pkg/topology"
+	"github.com/hotplugd/hotplugd/test/kubeletcompat/oracle"
 )
 
 // cpuStateFile is the kubelet's checkpoint name (cpuManagerStateFileName).
@@ -37,7 +26,7 @@ const cpuStateFile = "cpu_manager_state"
 // cpuMachine is a machine rendered as a fixture tree, as cAdvisor and
 // hotplugd each read it.
 type cpuMachine struct {
-	info *cadvisorapi.MachineInfo
+	info *oracle.MachineInfo
 	snap *topology.Snapshot
 }
 
@@ -62,14 +51,13 @@ type cpuKubelet struct {
 	gates map[string]bool
 }
 
-// setGates sets the kubelet's feature gates for the rest of the test.
+// setGates sets the kubelet's feature gates for the rest of the test (see
+// setKubeletGates).
 func (k cpuKubelet) setGates(t *testing.T) {
 	t.Helper()
-	overrides := featuregatetesting.FeatureOverrides{features.PodLevelResourceManagers: false}
-	for name, on := range k.gates {
-		overrides[featuregate.Feature(name)] = on
-	}
-	featuregatetesting.SetFeatureGatesDuringTest(t, utilfeature.DefaultFeatureGate, overrides)
+	gates := map[string]bool{gatePodLevelResourceManagers: false}
+	maps.Copy(gates, k.gates)
+	setKubeletGates(t, gates)
 }
 
 // kubeletConfig is the same kubelet as hotplugd reads it.
@@ -116,12 +104,11 @@ func newCPUManager(m cpuMachine, k cpuKubelet, dir string) (cpumanager.Manager, 
 	if policy == "" {
 		policy = cpumgr.PolicyStatic
 	}
-	mgr, err := cpumanager.NewManager(logr.Discard(), policy, k.options, time.Hour, m.info, k.specific, reservation, dir, topologymanager.NewFakeManager())
+	mgr, err := oracle.NewCPUManager(policy, k.options, m.info, k.specific, reservation, dir, oracle.NoTopologyManager())
 	if err != nil {
 		return nil, err
 	}
-	ctx := klog.NewContext(context.Background(), logr.Discard())
-	if err := mgr.Start(ctx, func() []*v1.Pod { return nil }, sourcesNeverReady{}, noPodStatus{}, noRuntime{}, containermap.NewContainerMap()); err != nil {
+	if err := oracle.StartCPUManager(mgr); err != nil {
 		return nil, err
 	}
 	return mgr, nil
@@ -146,7 +133,7 @@ func kubeletStartWith(t *testing.T, m cpuMachine, k cpuKubelet, dir string, b []
 // kubeletLoads loads the state file in dir with the kubelet's checkpoint code
 // (state.NewCheckpointState) for the policy.
 func kubeletLoads(dir, policy string) error {
-	_, err := cpustate.NewCheckpointState(logr.Discard(), dir, cpuStateFile, policy, containermap.NewContainerMap())
+	_, err := oracle.CPUCheckpointState(dir, cpuStateFile, policy)
 	return err
 }
 
@@ -157,7 +144,7 @@ func kubeletLoads(dir, policy string) error {
 func kubeletWrites(t *testing.T, s *cpumgr.State) []byte {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := cpustate.NewCheckpointState(logr.Discard(), dir, cpuStateFile, s.PolicyName, containermap.NewContainerMap())
+	st, err := oracle.CPUCheckpointState(dir, cpuStateFile, s.PolicyName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,12 +156,10 @@ func kubeletWrites(t *testing.T, s *cpumgr.State) []byte {
 		}
 	}
 	st.SetCPUAssignments(a)
-	if utilfeature.DefaultFeatureGate.Enabled(features.PodLevelResourceManagers) {
-		pe := cpustate.PodCPUAssignments{}
-		for pod, set := range s.PodEntries {
-			pe[pod] = cpustate.PodEntry{CPUSet: set}
+	if kubeletGateEnabled(gatePodLevelResourceManagers) {
+		if err := oracle.SetPodCPUAssignments(st, s.PodEntries); err != nil {
+			t.Fatal(err)
 		}
-		st.SetPodCPUAssignments(pe)
 	}
 	st.SetDefaultCPUSet(s.DefaultCPUSet)
 	b, err := os.ReadFile(filepath.Join(dir, cpuStateFile))
@@ -182,19 +167,4 @@ func kubeletWrites(t *testing.T, s *cpumgr.State) []byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-type sourcesNeverReady struct{}
-
-func (sourcesNeverReady) AddSource(string) {}
-func (sourcesNeverReady) AllReady() bool   { return false }
-
-type noPodStatus struct{}
-
-func (noPodStatus) GetPodStatus(types.UID) (v1.PodStatus, bool) { return v1.PodStatus{}, false }
-
-type noRuntime struct{}
-
-func (noRuntime) UpdateContainerResources(context.Context, string, *runtimeapi.ContainerResources) error {
-	return nil
 }

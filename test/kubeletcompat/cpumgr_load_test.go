@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"k8s.io/kubernetes/pkg/kubelet/checkpointmanager/checksum"
-	cpustate "k8s.io/kubernetes/pkg/kubelet/cm/cpumanager/state"
 	"k8s.io/utils/dump"
 
 	"github.com/hotplugd/hotplugd/pkg/cpumgr"
@@ -170,39 +169,33 @@ func TestCPUManagerV4(t *testing.T) {
 	}
 }
 
-// v1Checkpoint is a V1 checkpoint as kubelets before 1.18 wrote it: their
-// struct was named CPUManagerCheckpoint, the name v1.36.3's V1 check hashes
-// under. (v1.36.3's own V1 MarshalCheckpoint hashes under
-// CPUManagerCheckpointV1, which its V1 check does not accept; nothing calls
-// it.)
+// CPUManagerCheckpoint is the V1 checkpoint as kubelets before 1.18
+// declared it (pkg/kubelet/cm/cpumanager/state/checkpoint.go), the struct a
+// V1 checksum is computed over. Kubelets up to 1.36 still read V1 files (as
+// CPUManagerCheckpointV1); 1.37 has no V1.
+type CPUManagerCheckpoint struct {
+	PolicyName    string            `json:"policyName"`
+	DefaultCPUSet string            `json:"defaultCpuSet"`
+	Entries       map[string]string `json:"entries,omitempty"`
+	Checksum      checksum.Checksum `json:"checksum"`
+}
+
+// v1Checkpoint is a V1 checkpoint as kubelets before 1.18 wrote it: the
+// checksum is FNV-32a over the dump of their struct, named
+// state.CPUManagerCheckpoint, the name a V1 check up to 1.36 hashes under.
+// (v1.36.3's own V1 MarshalCheckpoint hashes under CPUManagerCheckpointV1,
+// which its V1 check does not accept; nothing calls it.)
 func v1Checkpoint(t *testing.T, def string, entries map[string]string) []byte {
 	t.Helper()
-	cp := &cpustate.CPUManagerCheckpointV1{PolicyName: "static", DefaultCPUSet: def, Entries: entries}
+	cp := &CPUManagerCheckpoint{PolicyName: "static", DefaultCPUSet: def, Entries: entries}
 	h := fnv.New32a()
-	h.Write([]byte(strings.Replace(dump.ForHash(cp), "CPUManagerCheckpointV1", "CPUManagerCheckpoint", 1)))
+	h.Write([]byte(strings.Replace(dump.ForHash(cp), "kubeletcompat_test.CPUManagerCheckpoint", "state.CPUManagerCheckpoint", 1)))
 	cp.Checksum = checksum.Checksum(h.Sum32())
 	b, err := json.Marshal(cp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
-}
-
-// TestCPUManagerV1MarshalCheckpoint records the kubelet's V1 writer
-// disagreeing with its V1 reader, the reason v1Checkpoint hashes by hand.
-func TestCPUManagerV1MarshalCheckpoint(t *testing.T) {
-	cp := &cpustate.CPUManagerCheckpointV1{PolicyName: "static", DefaultCPUSet: "0-7", Entries: map[string]string{}}
-	b, err := cp.MarshalCheckpoint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	back := &cpustate.CPUManagerCheckpointV1{}
-	if err := back.UnmarshalCheckpoint(b); err != nil {
-		t.Fatal(err)
-	}
-	if err := back.VerifyChecksum(); err == nil {
-		t.Errorf("kubelet v1.36.3 verifies its own V1 MarshalCheckpoint output %s; v1Checkpoint's comment is stale", b)
-	}
 }
 
 // TestCPUManagerPolicyBeforeCPUList records the one wording difference

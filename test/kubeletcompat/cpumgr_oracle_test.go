@@ -60,7 +60,7 @@ func cpus(list string) cpuset.CPUSet {
 // file b: the kubelet's error text, "" for a start.
 func hotplugdVerdict(t *testing.T, m cpuMachine, k cpuKubelet, path string, b []byte) string {
 	t.Helper()
-	cfg, err := cpumgr.NewConfig(k.kubeletConfig(), m.snap, path)
+	cfg, err := cpumgr.NewConfig(k.kubeletConfig(), m.snap, path, hotplugdRelease(t))
 	if err != nil {
 		t.Fatalf("NewConfig() error: %v", err)
 	}
@@ -358,7 +358,7 @@ func checkRebuild(t *testing.T, tt cpuRebuildCase, expect bool) string {
 		t.Errorf("hotplugd says %q, the kubelet %q", got, want)
 	}
 
-	cfg, err := cpumgr.NewConfig(tt.kubelet.kubeletConfig(), m.snap, path)
+	cfg, err := cpumgr.NewConfig(tt.kubelet.kubeletConfig(), m.snap, path, hotplugdRelease(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func TestCPUManagerReservedMatchesKubelet(t *testing.T) {
 			k.setGates(t)
 			cm := newCPUMachine(t, m)
 			want, kerr := kubeletReserved(t, cm, k)
-			got, err := cpumgr.ReservedCPUs(k.kubeletConfig(), cm.snap)
+			got, err := cpumgr.ReservedCPUs(k.kubeletConfig(), cm.snap, hotplugdRelease(t))
 			if (err != nil) != (kerr != nil) {
 				t.Fatalf("hotplugd: %v, %v; the kubelet: %v, %v", got, err, want, kerr)
 			}
@@ -135,7 +135,7 @@ func randomRebuildCase(t *testing.T, r *rand.Rand) cpuRebuildCase {
 		len(layout.Nodes), tc.old.OfflineCPUs, tc.new.OfflineCPUs, tc.kubelet.reserved, tc.kubelet.options, tc.kubelet.gates)
 
 	oldM := newCPUMachine(t, tc.old)
-	reserved, err := cpumgr.ReservedCPUs(tc.kubelet.kubeletConfig(), oldM.snap)
+	reserved, err := cpumgr.ReservedCPUs(tc.kubelet.kubeletConfig(), oldM.snap, hotplugdRelease(t))
 	if err != nil {
 		return cpuRebuildCase{}
 	}

@@ -9,11 +9,13 @@ import (
 	"strings"
 	"testing"
 
-	cadvisorapi "github.com/google/cadvisor/info/v1"
 	v1 "k8s.io/api/core/v1"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/component-base/featuregate"
 	"k8s.io/utils/cpuset"
 
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 	"github.com/hotplugd/hotplugd/test/kubeletcompat/oracle"
 )
@@ -132,7 +134,7 @@ func extractArchive(archive, dir string) error {
 
 // readTree writes m as a sysfs/procfs tree and reads it with cAdvisor's code
 // (the kubelet's machine info) and with hotplugd's reconcile snapshot.
-func readTree(t *testing.T, m fixturegen.Machine) (*cadvisorapi.MachineInfo, *topology.Snapshot) {
+func readTree(t *testing.T, m fixturegen.Machine) (*oracle.MachineInfo, *topology.Snapshot) {
 	t.Helper()
 	root := t.TempDir()
 	if err := m.WriteDir(root); err != nil {
@@ -148,4 +150,47 @@ func readTree(t *testing.T, m fixturegen.Machine) (*cadvisorapi.MachineInfo, *to
 		t.Fatal(err)
 	}
 	return info, snap
+}
+
+// gatePodLevelResourceManagers is the feature gate of pod-level CPU and
+// memory assignments (1.36 on).
+const gatePodLevelResourceManagers = "PodLevelResourceManagers"
+
+// setKubeletGates sets the kubelet's feature gates for the rest of the test.
+// A gate the kubelet release under test does not have is left out when off
+// (that is how the release runs) and skips the test when on: that kubelet
+// refuses to start with it.
+func setKubeletGates(t *testing.T, gates map[string]bool) {
+	t.Helper()
+	known := map[string]bool{}
+	for name, on := range gates {
+		switch {
+		case oracle.KnownGate(name):
+			known[name] = on
+		case on:
+			t.Skipf("kubelet %s has no feature gate %s", oracle.KubeletVersion(), name)
+		}
+	}
+	oracle.SetFeatureGates(t, known)
+}
+
+// kubeletGateEnabled says whether the feature gate name is on in the kubelet
+// under test; a gate it does not have is off.
+func kubeletGateEnabled(name string) bool {
+	return oracle.KnownGate(name) && utilfeature.DefaultFeatureGate.Enabled(featuregate.Feature(name))
+}
+
+// hotplugdRelease is hotplugd's row for the kubelet release under test (its
+// kubeletversion table), which hotplugd is given as the kubelet's version.
+func hotplugdRelease(t testing.TB) *kubeletversion.Release {
+	t.Helper()
+	v, err := kubeletversion.Parse(oracle.KubeletVersion())
+	if err != nil {
+		t.Fatalf("the oracle's kubelet: %v", err)
+	}
+	r, err := kubeletversion.Lookup(v)
+	if err != nil {
+		t.Fatalf("hotplugd does not know the oracle's kubelet: %v", err)
+	}
+	return r
 }

@@ -1,7 +1,6 @@
 package kubeletcompat_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,15 +11,9 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
-	cadvisorapi "github.com/google/cadvisor/info/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	featuregatetesting "k8s.io/component-base/featuregate/testing"
-	"k8s.io/klog/v2"
-	"k8s.io/kubernetes/pkg/features"
-	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/memorymanager"
 	memstate "k8s.io/kubernetes/pkg/kubelet/cm/memorymanager/state"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
@@ -47,7 +40,7 @@ const (
 // memMachine is a machine rendered as a fixture tree, as cAdvisor (the
 // kubelet) and hotplugd each read it.
 type memMachine struct {
-	info *cadvisorapi.MachineInfo
+	info *oracle.MachineInfo
 	snap *topology.Snapshot
 }
 
@@ -118,9 +111,7 @@ func (k memKubelet) configFile(t *testing.T) string {
 // setGates sets the kubelet's feature gates for the rest of the test.
 func (k memKubelet) setGates(t *testing.T) {
 	t.Helper()
-	featuregatetesting.SetFeatureGatesDuringTest(t, utilfeature.DefaultFeatureGate, featuregatetesting.FeatureOverrides{
-		features.PodLevelResourceManagers: k.podLevel,
-	})
+	setKubeletGates(t, map[string]bool{gatePodLevelResourceManagers: k.podLevel})
 }
 
 // hotplugdConfig is hotplugd's view of the same kubelet on machine m.
@@ -130,7 +121,7 @@ func (k memKubelet) hotplugdConfig(t *testing.T, m memMachine, dir string) memmg
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := memmgr.NewConfig(kc, m.snap, filepath.Join(dir, memStateFile))
+	cfg, err := memmgr.NewConfig(kc, m.snap, filepath.Join(dir, memStateFile), hotplugdRelease(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,9 +162,9 @@ func (k memKubelet) newManager(t *testing.T, m memMachine, dir string, affinity 
 		}
 	}
 	if affinity == nil {
-		affinity = topologymanager.NewFakeManager()
+		affinity = oracle.NoTopologyManager()
 	}
-	return memorymanager.NewManager(logr.Discard(), kc.MemoryManagerPolicy, m.info, reservation, kc.ReservedMemory, dir, affinity)
+	return oracle.NewMemoryManager(kc.MemoryManagerPolicy, m.info, reservation, kc.ReservedMemory, dir, affinity)
 }
 
 // start runs NewManager and Start for machine m with the state directory
@@ -186,12 +177,7 @@ func (k memKubelet) start(t *testing.T, m memMachine, dir string) error {
 	if err != nil {
 		return err
 	}
-	return memStart(mgr)
-}
-
-func memStart(mgr memorymanager.Manager) error {
-	ctx := klog.NewContext(context.Background(), logr.Discard())
-	return mgr.Start(ctx, func() []*v1.Pod { return nil }, sourcesNeverReady{}, noPodStatus{}, noRuntime{}, containermap.NewContainerMap())
+	return oracle.StartMemoryManager(mgr)
 }
 
 // startWith writes b as the state file in a new directory, runs start and
@@ -261,14 +247,6 @@ func (p memPod) pod() *v1.Pod {
 	return pod
 }
 
-// memAffinity is the topology manager's decision for each pod: its NUMA
-// nodes.
-type memAffinity map[string]topologymanager.TopologyHint
-
-func (a memAffinity) GetAffinity(podUID, _ string) topologymanager.TopologyHint { return a[podUID] }
-func (a memAffinity) GetPolicy() topologymanager.Policy                         { return nil }
-func (a memAffinity) Name() string                                              { return "memmgr-oracle" }
-
 // allocate starts the kubelet's memory manager on machine m without a state
 // file and admits the pods in order (Allocate for each container, or
 // AllocatePod for a pod with pod-level resources, as pod admission does),
@@ -276,7 +254,7 @@ func (a memAffinity) Name() string                                              
 func (k memKubelet) allocate(t *testing.T, m memMachine, pods []memPod) []byte {
 	t.Helper()
 	dir := t.TempDir()
-	aff := memAffinity{}
+	aff := oracle.Affinity{}
 	for _, p := range pods {
 		mask, err := bitmask.NewBitMask(p.nodes...)
 		if err != nil {
@@ -288,19 +266,19 @@ func (k memKubelet) allocate(t *testing.T, m memMachine, pods []memPod) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := memStart(mgr); err != nil {
+	if err := oracle.StartMemoryManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range pods {
 		pod := p.pod()
 		if p.podMemory > 0 {
-			if err := mgr.AllocatePod(pod); err != nil {
+			if err := oracle.AllocateMemoryPod(mgr, pod); err != nil {
 				t.Fatalf("kubelet AllocatePod %s: %v", p.uid, err)
 			}
 			continue
 		}
 		for i := range pod.Spec.Containers {
-			if err := mgr.Allocate(pod, &pod.Spec.Containers[i]); err != nil {
+			if err := oracle.AllocateMemory(mgr, pod, &pod.Spec.Containers[i]); err != nil {
 				t.Fatalf("kubelet Allocate %s/%s: %v", p.uid, pod.Spec.Containers[i].Name, err)
 			}
 		}
@@ -347,14 +325,14 @@ func memKubeletWrites(t *testing.T, s *memmgr.State) []byte {
 	}
 	var ms memstate.NUMANodeMap
 	var entries memstate.ContainerMemoryAssignments
-	var pods memstate.PodMemoryAssignments
 	convert(t, s.MachineState, &ms)
 	convert(t, s.Entries, &entries)
 	st.SetMachineState(ms)
 	st.SetMemoryAssignments(entries)
-	if utilfeature.DefaultFeatureGate.Enabled(features.PodLevelResourceManagers) {
-		convert(t, s.PodEntries, &pods)
-		st.SetPodMemoryAssignments(pods)
+	if kubeletGateEnabled(gatePodLevelResourceManagers) {
+		if err := oracle.SetPodMemoryAssignments(st, s.PodEntries); err != nil {
+			t.Fatal(err)
+		}
 	}
 	b, err := os.ReadFile(filepath.Join(dir, memStateFile))
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"testing"
 
-	cadvisorapi "github.com/google/cadvisor/info/v1"
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/kubernetes/pkg/kubelet/cadvisor"
 
@@ -12,7 +11,7 @@ import (
 )
 
 // threads is the machine's logical CPUs per NUMA node, as cAdvisor groups them.
-func threads(info *cadvisorapi.MachineInfo) map[int][]int {
+func threads(info *oracle.MachineInfo) map[int][]int {
 	out := map[int][]int{}
 	for _, n := range info.Topology {
 		for _, c := range n.Cores {
@@ -28,7 +27,7 @@ func threads(info *cadvisorapi.MachineInfo) map[int][]int {
 // fixtures are fair stand-ins for real machines.
 func TestOracleMachineInfoFromRoot(t *testing.T) {
 	t.Run("this machine", func(t *testing.T) {
-		want, err := oracle.MachineInfo()
+		want, err := oracle.HostMachineInfo()
 		if err != nil {
 			t.Skipf("cAdvisor machine.Info fails on this machine: %v", err)
 		}

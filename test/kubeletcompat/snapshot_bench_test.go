@@ -19,7 +19,7 @@ import (
 // shared machine. It fails when the capacity snapshot is not at least 10x
 // faster than machine.Info.
 func BenchmarkSnapshotVsMachineInfo(b *testing.B) {
-	if _, err := oracle.MachineInfo(); err != nil {
+	if _, err := oracle.HostMachineInfo(); err != nil {
 		b.Skipf("cAdvisor's machine.Info does not run here: %v", err)
 	}
 	fs := topology.NewFS("/sys", "/proc")
@@ -38,7 +38,7 @@ func BenchmarkSnapshotVsMachineInfo(b *testing.B) {
 		}
 		_ = s.Capacity()
 		t2 := time.Now()
-		info, err := oracle.MachineInfo()
+		info, err := oracle.HostMachineInfo()
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/google/cadvisor/utils/sysfs"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
@@ -40,7 +39,7 @@ func cadvisorSockets(t *testing.T, root string) int {
 	if len(unique) > 0 {
 		return len(unique)
 	}
-	return sysfs.GetUniqueCPUPropertyCount(filepath.Join(root, "sys/devices/system/cpu")+"/", sysfs.CPUPhysicalPackageID)
+	return oracle.UniqueCPUPropertyCount(filepath.Join(root, "sys/devices/system/cpu")+"/", oracle.CPUPhysicalPackageID)
 }
 
 // TestUnknownTopologyIDsMatchKubelet checks machines whose CPUs'
@@ -193,7 +192,7 @@ func TestUnknownTopologyIDsMatchKubelet(t *testing.T) {
 				t.Run("reserve "+k.reserved, func(t *testing.T) {
 					k.setGates(t)
 					wantRes, kerr := kubeletReserved(t, m, k)
-					gotRes, err := cpumgr.ReservedCPUs(k.kubeletConfig(), snap)
+					gotRes, err := cpumgr.ReservedCPUs(k.kubeletConfig(), snap, hotplugdRelease(t))
 					if (err != nil) != (kerr != nil) {
 						t.Fatalf("hotplugd: %v, %v; the kubelet: %v, %v", gotRes, err, wantRes, kerr)
 					}

@@ -1,8 +1,15 @@
 // Package oracle computes, with the kubelet's and cAdvisor's own code, what a
-// freshly started kubelet v1.36.3 would report as node capacity and
-// allocatable. It exists only to test hotplugd against it: it reads the real
-// machine (MachineInfo) or a sysfs/procfs tree (MachineInfoFromRoot) and the
-// kubelet's configuration file (KubeletConfig), and writes nothing.
+// freshly started kubelet would report as node capacity and allocatable, and
+// gives the tests the kubelet's CPU and memory managers to judge hotplugd's
+// state files with. It exists only to test hotplugd against it: it reads the
+// real machine (HostMachineInfo) or a sysfs/procfs tree (MachineInfoFromRoot) and
+// the kubelet's configuration file (KubeletConfig), and writes nothing but
+// the managers' state files in the directories it is given.
+//
+// The kubelet is the release the test binary is built with (KubeletVersion):
+// v1.36.3 with go.mod, another with a module file of ../modules and its build
+// tag (kubelet_1_<minor>). What differs between releases in the code called
+// here is in kubelet_1_<minor>.go and, for cAdvisor's module, cadvisor_*.go.
 //
 // Wherever the kubelet's code is exported it is called as is (the config
 // loader, eviction threshold parsing, CPU topology discovery, the capacity
@@ -20,11 +27,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/go-logr/logr"
-	"github.com/google/cadvisor/fs"
-	cadvisorapi "github.com/google/cadvisor/info/v1"
-	"github.com/google/cadvisor/machine"
-	"github.com/google/cadvisor/utils/sysfs"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -32,11 +34,9 @@ import (
 	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/apis/config"
 	kubeletconfigvalidation "k8s.io/kubernetes/pkg/kubelet/apis/config/validation"
 	"k8s.io/kubernetes/pkg/kubelet/cadvisor"
-	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager/topology"
 	"k8s.io/kubernetes/pkg/kubelet/eviction"
 	evictionapi "k8s.io/kubernetes/pkg/kubelet/eviction/api"
 	"k8s.io/kubernetes/pkg/kubelet/kubeletconfig/configfiles"
-	"k8s.io/kubernetes/pkg/kubelet/nodestatus"
 	"k8s.io/kubernetes/pkg/kubelet/stats/pidlimit"
 	utilfs "k8s.io/kubernetes/pkg/util/filesystem"
 	"k8s.io/utils/cpuset"
@@ -48,11 +48,11 @@ import (
 // fails in Start, and the kubelet exits with status 1).
 var ErrInvalidNodeAllocatable = errors.New("oracle: kubelet would exit: reservation exceeds capacity")
 
-// MachineInfo returns cAdvisor's machine information for this machine, read
+// HostMachineInfo returns cAdvisor's machine information for this machine, read
 // the way the kubelet's cAdvisor reads it at start (machine.Info on the real
 // sysfs, in the host namespace). Filesystems are not reported.
-func MachineInfo() (*cadvisorapi.MachineInfo, error) {
-	info, err := machine.Info(sysfs.NewRealSysFs(), noFsInfo{}, true)
+func HostMachineInfo() (*MachineInfo, error) {
+	info, err := machineInfo(newRealSysFs(), noFsInfo{}, true)
 	if err != nil {
 		return nil, fmt.Errorf("oracle: cadvisor machine.Info: %w", err)
 	}
@@ -136,7 +136,7 @@ func loadConfigFile(path string) (*kubeletconfig.KubeletConfiguration, error) {
 // reservedSystemCPUs that is not a subset of the online CPUs, an unparsable or
 // negative reservation, or a reservation larger than capacity
 // (ErrInvalidNodeAllocatable).
-func NodeStatus(info *cadvisorapi.MachineInfo, kubeletConfigPath string) (capacity, allocatable v1.ResourceList, err error) {
+func NodeStatus(info *MachineInfo, kubeletConfigPath string) (capacity, allocatable v1.ResourceList, err error) {
 	kc, err := KubeletConfig(kubeletConfigPath)
 	if err != nil {
 		return nil, nil, err
@@ -153,17 +153,7 @@ func NodeStatus(info *cadvisorapi.MachineInfo, kubeletConfigPath string) (capaci
 		return nil, nil, err
 	}
 
-	setter := nodestatus.MachineInfo("oracle",
-		int(kc.MaxPods),
-		int(kc.PodsPerCore),
-		func() (*cadvisorapi.MachineInfo, error) { return info, nil },
-		// containerManagerImpl.GetCapacity(false) returns cm.capacity.
-		func(bool) v1.ResourceList { return maps.Clone(cmCapacity) },
-		func() (v1.ResourceList, v1.ResourceList, []string) { return nil, nil, nil },
-		func() v1.ResourceList { return reservation },
-		func(string, string, string) {},
-		false,
-	)
+	setter := machineInfoSetter(int(kc.MaxPods), int(kc.PodsPerCore), info, cmCapacity, reservation)
 	node := &v1.Node{}
 	if err := setter(context.Background(), node); err != nil {
 		return nil, nil, fmt.Errorf("oracle: node status setter: %w", err)
@@ -176,7 +166,7 @@ func NodeStatus(info *cadvisorapi.MachineInfo, kubeletConfigPath string) (capaci
 // (getReservedCPUs), parseResourceList of both reservations and the hard
 // eviction thresholds. ExperimentalNodeAllocatableIgnoreEvictionThreshold is a
 // flag, false by default.
-func nodeAllocatableConfig(info *cadvisorapi.MachineInfo, kc *kubeletconfig.KubeletConfiguration) (kubeReserved, systemReserved v1.ResourceList, thresholds []evictionapi.Threshold, err error) {
+func nodeAllocatableConfig(info *MachineInfo, kc *kubeletconfig.KubeletConfiguration) (kubeReserved, systemReserved v1.ResourceList, thresholds []evictionapi.Threshold, err error) {
 	kubeMap, systemMap := maps.Clone(kc.KubeReserved), maps.Clone(kc.SystemReserved)
 	reserved, err := reservedCPUs(info, kc.ReservedSystemCPUs)
 	if err != nil {
@@ -203,11 +193,11 @@ func nodeAllocatableConfig(info *cadvisorapi.MachineInfo, kc *kubeletconfig.Kube
 }
 
 // reservedCPUs follows cmd/kubelet/app/server.go getReservedCPUs.
-func reservedCPUs(info *cadvisorapi.MachineInfo, cpus string) (cpuset.CPUSet, error) {
+func reservedCPUs(info *MachineInfo, cpus string) (cpuset.CPUSet, error) {
 	if cpus == "" {
 		return cpuset.New(), nil
 	}
-	topo, err := topology.Discover(logr.Discard(), info)
+	topo, err := discover(info)
 	if err != nil {
 		return cpuset.New(), fmt.Errorf("oracle: unable to discover CPU topology info: %w", err)
 	}
@@ -237,7 +227,7 @@ func parseResourceList(m map[string]string) (v1.ResourceList, error) {
 			if q.Sign() == -1 {
 				return nil, fmt.Errorf("resource quantity for %q cannot be negative: %v", k, v)
 			}
-			rl[v1.ResourceName(k)] = q
+			rl[v1.ResourceName(k)] = reservedQuantity(v1.ResourceName(k), q)
 		default:
 			return nil, fmt.Errorf("cannot reserve %q resource", k)
 		}
@@ -319,15 +309,15 @@ type noFsInfo struct{}
 
 var errNoFsInfo = errors.New("oracle: no filesystem information")
 
-func (noFsInfo) GetGlobalFsInfo() ([]fs.Fs, error)                     { return nil, nil }
-func (noFsInfo) GetFsInfoForPath(map[string]struct{}) ([]fs.Fs, error) { return nil, nil }
-func (noFsInfo) GetDirUsage(string) (fs.UsageInfo, error)              { return fs.UsageInfo{}, errNoFsInfo }
-func (noFsInfo) GetDeviceInfoByFsUUID(string) (*fs.DeviceInfo, error) {
-	return nil, fs.ErrNoSuchDevice
+func (noFsInfo) GetGlobalFsInfo() ([]fsFs, error)                     { return nil, nil }
+func (noFsInfo) GetFsInfoForPath(map[string]struct{}) ([]fsFs, error) { return nil, nil }
+func (noFsInfo) GetDirUsage(string) (fsUsageInfo, error)              { return fsUsageInfo{}, errNoFsInfo }
+func (noFsInfo) GetDeviceInfoByFsUUID(string) (*fsDeviceInfo, error) {
+	return nil, errNoSuchDevice
 }
-func (noFsInfo) GetDirFsDevice(string) (*fs.DeviceInfo, error) { return nil, errNoFsInfo }
+func (noFsInfo) GetDirFsDevice(string) (*fsDeviceInfo, error)  { return nil, errNoFsInfo }
 func (noFsInfo) GetDeviceForLabel(string) (string, error)      { return "", errNoFsInfo }
 func (noFsInfo) GetLabelsForDevice(string) ([]string, error)   { return nil, errNoFsInfo }
 func (noFsInfo) GetMountpointForDevice(string) (string, error) { return "", errNoFsInfo }
 
-var _ fs.FsInfo = noFsInfo{}
+var _ fsInfo = noFsInfo{}

@@ -8,10 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	cadvisorapi "github.com/google/cadvisor/info/v1"
-	"github.com/google/cadvisor/machine"
-	"github.com/google/cadvisor/utils/sysfs"
-	"github.com/google/cadvisor/utils/sysinfo"
 	"k8s.io/utils/cpuset"
 )
 
@@ -22,15 +18,15 @@ var memTotal = regexp.MustCompile(`MemTotal:\s*([0-9]+) kB`)
 // capacity depends on (NumCores, MemoryCapacity, HugePages, Topology) for a
 // sysfs tree at sysRoot and a procfs tree at procRoot, such as a fixture
 // captured from another machine. CPUs, NUMA nodes and hugepages are read by
-// cAdvisor's own code (sysinfo.GetNodesInfo and sysinfo.GetHugePagesInfo, as
+// cAdvisor's own code (getNodesInfo and getHugePagesInfo, as
 // machine.Info calls them) through a SysFs that maps cAdvisor's absolute
 // /sys paths under sysRoot; memory is MemTotal of procRoot/meminfo parsed with
 // cAdvisor's expression; NumSockets is cAdvisor's count of the "physical id"
 // values of procRoot/cpuinfo (left 0 when the tree has no cpuinfo; the CPU
 // manager's choices depend on it). Everything else in MachineInfo is left
 // zero.
-func MachineInfoFromRoot(sysRoot, procRoot string) (*cadvisorapi.MachineInfo, error) {
-	sfs := rootedSysFs{SysFs: sysfs.NewRealSysFs(), root: filepath.Clean(sysRoot)}
+func MachineInfoFromRoot(sysRoot, procRoot string) (*MachineInfo, error) {
+	sfs := rootedSysFs{sysFs: newRealSysFs(), root: filepath.Clean(sysRoot)}
 
 	meminfo, err := os.ReadFile(filepath.Join(procRoot, "meminfo"))
 	if err != nil {
@@ -45,20 +41,20 @@ func MachineInfoFromRoot(sysRoot, procRoot string) (*cadvisorapi.MachineInfo, er
 		return nil, fmt.Errorf("oracle: MemTotal: %w", err)
 	}
 	// machine.Info's hugepagesDirectory, with its trailing slash.
-	hugePages, err := sysinfo.GetHugePagesInfo(sfs, "/sys/kernel/mm/hugepages/")
+	hugePages, err := getHugePagesInfo(sfs, "/sys/kernel/mm/hugepages/")
 	if err != nil {
 		return nil, fmt.Errorf("oracle: cadvisor hugepages: %w", err)
 	}
 	// machine.Info only logs a topology error and goes on with what it got.
-	topo, numCores, err := sysinfo.GetNodesInfo(sfs)
+	topo, numCores, err := getNodesInfo(sfs)
 	if err != nil {
 		return nil, fmt.Errorf("oracle: cadvisor topology: %w", err)
 	}
 	sockets := 0
 	if cpuinfo, err := os.ReadFile(filepath.Join(procRoot, "cpuinfo")); err == nil {
-		sockets = machine.GetSockets(cpuinfo)
+		sockets = getSockets(cpuinfo)
 	}
-	return &cadvisorapi.MachineInfo{
+	return &MachineInfo{
 		NumCores:       numCores,
 		NumSockets:     sockets,
 		MemoryCapacity: memKiB * 1024,
@@ -71,7 +67,7 @@ func MachineInfoFromRoot(sysRoot, procRoot string) (*cadvisorapi.MachineInfo, er
 // root. Paths it returns keep the /sys form cAdvisor expects, so they can be
 // handed back to it.
 type rootedSysFs struct {
-	sysfs.SysFs
+	sysFs
 	root string
 }
 
@@ -92,28 +88,28 @@ func (r rootedSysFs) GetNodesPaths() ([]string, error) {
 }
 
 func (r rootedSysFs) GetCPUsPaths(p string) ([]string, error) {
-	return r.out(r.SysFs.GetCPUsPaths(r.in(p)))
+	return r.out(r.sysFs.GetCPUsPaths(r.in(p)))
 }
 
-func (r rootedSysFs) GetCoreID(p string) (string, error) { return r.SysFs.GetCoreID(r.in(p)) }
+func (r rootedSysFs) GetCoreID(p string) (string, error) { return r.sysFs.GetCoreID(r.in(p)) }
 
 func (r rootedSysFs) GetCPUPhysicalPackageID(p string) (string, error) {
-	return r.SysFs.GetCPUPhysicalPackageID(r.in(p))
+	return r.sysFs.GetCPUPhysicalPackageID(r.in(p))
 }
 
-func (r rootedSysFs) GetBookID(p string) (string, error)   { return r.SysFs.GetBookID(r.in(p)) }
-func (r rootedSysFs) GetDrawerID(p string) (string, error) { return r.SysFs.GetDrawerID(r.in(p)) }
-func (r rootedSysFs) GetMemInfo(p string) (string, error)  { return r.SysFs.GetMemInfo(r.in(p)) }
+func (r rootedSysFs) GetBookID(p string) (string, error)   { return r.sysFs.GetBookID(r.in(p)) }
+func (r rootedSysFs) GetDrawerID(p string) (string, error) { return r.sysFs.GetDrawerID(r.in(p)) }
+func (r rootedSysFs) GetMemInfo(p string) (string, error)  { return r.sysFs.GetMemInfo(r.in(p)) }
 func (r rootedSysFs) GetDistances(p string) (string, error) {
-	return r.SysFs.GetDistances(r.in(p))
+	return r.sysFs.GetDistances(r.in(p))
 }
 
 func (r rootedSysFs) GetHugePagesInfo(p string) ([]os.FileInfo, error) {
-	return r.SysFs.GetHugePagesInfo(r.in(p))
+	return r.sysFs.GetHugePagesInfo(r.in(p))
 }
 
 func (r rootedSysFs) GetHugePagesNr(p, name string) (string, error) {
-	return r.SysFs.GetHugePagesNr(r.in(p), name)
+	return r.sysFs.GetHugePagesNr(r.in(p), name)
 }
 
 // GetCaches reports no caches: realSysFs reads a fixed path, cache

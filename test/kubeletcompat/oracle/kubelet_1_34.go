@@ -1,0 +1,113 @@
+//go:build kubelet_1_34
+
+package oracle
+
+import (
+	"fmt"
+	"maps"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/component-base/featuregate"
+	featuregatetesting "k8s.io/component-base/featuregate/testing"
+	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/apis/config"
+	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
+	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager"
+	cpustate "k8s.io/kubernetes/pkg/kubelet/cm/cpumanager/state"
+	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager/topology"
+	"k8s.io/kubernetes/pkg/kubelet/cm/memorymanager"
+	memstate "k8s.io/kubernetes/pkg/kubelet/cm/memorymanager/state"
+	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	"k8s.io/kubernetes/pkg/kubelet/nodestatus"
+	"k8s.io/utils/cpuset"
+)
+
+// Kubelet 1.34: as 1.35 without the logger arguments (the CPU manager's
+// Start takes no context, the memory manager's NewManager takes one), and no
+// featuregatetesting.SetFeatureGatesDuringTest.
+
+// discover is topology.Discover, as getReservedCPUs calls it.
+func discover(info *MachineInfo) (*topology.CPUTopology, error) {
+	return topology.Discover(info)
+}
+
+// reservedQuantity is a reservation quantity as parseResourceList keeps it.
+func reservedQuantity(_ v1.ResourceName, q resource.Quantity) resource.Quantity { return q }
+
+// machineInfoSetter is nodestatus.MachineInfo for a kubelet with the
+// machine info info, the container manager's capacity and reservation, no
+// device plugins and local storage capacity isolation off.
+func machineInfoSetter(maxPods, podsPerCore int, info *MachineInfo, capacity, reservation v1.ResourceList) nodestatus.Setter {
+	return nodestatus.MachineInfo("oracle", maxPods, podsPerCore,
+		func() (*MachineInfo, error) { return info, nil },
+		// containerManagerImpl.GetCapacity(false) returns cm.capacity.
+		func(bool) v1.ResourceList { return maps.Clone(capacity) },
+		func() (v1.ResourceList, v1.ResourceList, []string) { return nil, nil, nil },
+		func() v1.ResourceList { return reservation },
+		func(string, string, string) {},
+		false,
+	)
+}
+
+// NewCPUManager is cpumanager.NewManager with a reconcile period of an hour.
+func NewCPUManager(policy string, options map[string]string, info *MachineInfo, specific cpuset.CPUSet, reservation v1.ResourceList, dir string, affinity topologymanager.Store) (cpumanager.Manager, error) {
+	return cpumanager.NewManager(policy, options, time.Hour, info, specific, reservation, dir, affinity)
+}
+
+// StartCPUManager runs mgr.Start with nothing running.
+func StartCPUManager(mgr cpumanager.Manager) error {
+	return mgr.Start(noActivePods, sourcesNeverReady{}, noPodStatus{}, noRuntime{}, containermap.NewContainerMap())
+}
+
+// CPUCheckpointState is cpustate.NewCheckpointState with no containers.
+func CPUCheckpointState(dir, name, policy string) (cpustate.State, error) {
+	return cpustate.NewCheckpointState(dir, name, policy, containermap.NewContainerMap())
+}
+
+// SetPodCPUAssignments fails: 1.35 has no pod-level assignments.
+func SetPodCPUAssignments(cpustate.State, map[string]cpuset.CPUSet) error {
+	return fmt.Errorf("pod-level CPU assignments: %w", ErrNotInRelease)
+}
+
+// NewMemoryManager is memorymanager.NewManager.
+func NewMemoryManager(policy string, info *MachineInfo, reservation v1.ResourceList, reserved []kubeletconfig.MemoryReservation, dir string, affinity topologymanager.Store) (memorymanager.Manager, error) {
+	return memorymanager.NewManager(startContext(), policy, info, reservation, reserved, dir, affinity)
+}
+
+// StartMemoryManager runs mgr.Start with nothing running.
+func StartMemoryManager(mgr memorymanager.Manager) error {
+	return mgr.Start(startContext(), noActivePods, sourcesNeverReady{}, noPodStatus{}, noRuntime{}, containermap.NewContainerMap())
+}
+
+// AllocateMemory admits a container of pod, as pod admission does.
+func AllocateMemory(mgr memorymanager.Manager, pod *v1.Pod, c *v1.Container) error {
+	return mgr.Allocate(pod, c)
+}
+
+// AllocateMemoryPod fails: 1.35 admits containers only.
+func AllocateMemoryPod(memorymanager.Manager, *v1.Pod) error {
+	return fmt.Errorf("pod-level memory admission: %w", ErrNotInRelease)
+}
+
+// SetPodMemoryAssignments fails: 1.35 has no pod-level assignments.
+func SetPodMemoryAssignments(memstate.State, any) error {
+	return fmt.Errorf("pod-level memory assignments: %w", ErrNotInRelease)
+}
+
+// NoTopologyManager is the topology manager of a kubelet without one.
+func NoTopologyManager() topologymanager.Store { return topologymanager.NewFakeManager() }
+
+// GetAffinity is part of topologymanager.Store.
+func (a Affinity) GetAffinity(podUID, _ string) topologymanager.TopologyHint { return a[podUID] }
+
+// SetFeatureGates sets the kubelet's feature gates for the rest of the test,
+// one at a time (1.34 has no dependencies between gates).
+func SetFeatureGates(tb testing.TB, gates map[string]bool) {
+	tb.Helper()
+	for name, on := range gates {
+		featuregatetesting.SetFeatureGateDuringTest(tb, utilfeature.DefaultFeatureGate, featuregate.Feature(name), on)
+	}
+}
