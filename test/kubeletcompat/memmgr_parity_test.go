@@ -8,15 +8,12 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/kubernetes/cmd/kubelet/app/options"
 	"k8s.io/kubernetes/pkg/kubelet/cadvisor"
-	"k8s.io/kubernetes/pkg/kubelet/cm/memorymanager"
-	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/eviction"
 	evictionapi "k8s.io/kubernetes/pkg/kubelet/eviction/api"
 
@@ -261,14 +258,14 @@ func memKubeletStart(t *testing.T, m memMachine, configPath string, args []strin
 			reservation[name] = *value
 		}
 	}
-	mgr, err := memorymanager.NewManager(logr.Discard(), kc.MemoryManagerPolicy, m.info, reservation, kc.ReservedMemory, dir, topologymanager.NewFakeManager())
+	mgr, err := oracle.NewMemoryManager(kc.MemoryManagerPolicy, m.info, reservation, kc.ReservedMemory, dir, oracle.NoTopologyManager())
 	if err != nil {
 		return err
 	}
 	if _, err := eviction.ParseThresholdConfig([]string{}, kc.EvictionHard, nil, nil, nil); err != nil {
 		return err
 	}
-	return memStart(mgr)
+	return oracle.StartMemoryManager(mgr)
 }
 
 // memConfigFile writes a Static kubelet's configuration file with body
@@ -292,7 +289,7 @@ func hotplugdMemConfig(t *testing.T, m memMachine, configPath string, args []str
 	if err != nil {
 		t.Fatal(err)
 	}
-	return memmgr.NewConfigWithFlags(k.Config, memmgr.KubeletFlags{AllocatableIgnoresEviction: k.AllocatableIgnoresEviction}, m.snap, filepath.Join(dir, memStateFile))
+	return memmgr.NewConfigWithFlags(k.Config, memmgr.KubeletFlags{AllocatableIgnoresEviction: k.AllocatableIgnoresEviction}, m.snap, filepath.Join(dir, memStateFile), hotplugdRelease(t))
 }
 
 // TestMemoryManagerParityIgnoreEviction: with and without
