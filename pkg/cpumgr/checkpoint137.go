@@ -2,6 +2,7 @@ package cpumgr
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,22 +13,36 @@ import (
 
 	"github.com/hotplugd/hotplugd/pkg/cpumgr/internal/checksum"
 	"github.com/hotplugd/hotplugd/pkg/cpumgr/internal/state"
+	state134 "github.com/hotplugd/hotplugd/pkg/cpumgr/internal/state134"
 	"github.com/hotplugd/hotplugd/pkg/cpumgr/internal/state137"
 )
 
-// loadLegacy is the load chain of kubelets 1.34 and 1.35: V2, whose checksum
-// is 0 or the hash under the name CPUManagerCheckpoint (their V2 type), else
-// V1.
+// loadLegacy is the load chain of kubelets 1.34 and 1.35: V1 first (its
+// checksum 0 or the hash under the legacy name), then V2 as they name it
+// (CPUManagerCheckpoint; checksum 0 or its hash), whose error is the last
+// word.
 func (l *loader) loadLegacy() (*State, error) {
-	if l.loadV2() == nil {
-		if ck := uint64(l.v2.Checksum); ck == 0 || ck == l.v2Legacy {
-			if l.v2State == nil && l.v2StateErr == nil {
-				l.v2State, l.v2StateErr = fromV2(l.v2)
-			}
-			return l.v2State, l.v2StateErr
-		}
+	s, err := l.loadV1()
+	var fe *FormatError
+	if err == nil || errors.As(err, &fe) {
+		return s, err
 	}
-	return l.loadV1()
+	cp := &state134.CPUManagerCheckpoint{Entries: map[string]map[string]string{}}
+	if err := json.Unmarshal(l.b, cp); err != nil {
+		return nil, &LoadError{Kubelet: err.Error(), err: err}
+	}
+	if ck := cp.Checksum; ck != 0 {
+		cp.Checksum = 0
+		if fnv32a(dump.ForHash(cp)) != uint64(ck) {
+			return nil, &LoadError{Kubelet: corrupted}
+		}
+		cp.Checksum = ck
+	}
+	s, err = fromV2(&state.CPUManagerCheckpointV2{PolicyName: cp.PolicyName, DefaultCPUSet: cp.DefaultCPUSet, Entries: cp.Entries, Checksum: cp.Checksum})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // load137 is kubelet 1.37's loadAndMigrateCheckpointV4 and the parsing of

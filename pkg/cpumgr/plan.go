@@ -108,10 +108,10 @@ func PlanRebuild(s *State, snap *topology.Snapshot, cfg Config) (*Plan, error) {
 		return p, invalid
 	}
 	// Only the static policy validates anything past the policy name.
+	// A kubelet without the gate that still loads the file (1.37) does not
+	// restore pod-level assignments: it would hand their CPUs out again.
+	// Their pods need a drain (or the gate), never a silent drop.
 	gateOn := cfg.PodLevelResourceManagers
-	if !gateOn && len(s.PodEntries) > 0 {
-		return p, fmt.Errorf("cpumgr: %w: the state has pod-level assignments but the kubelet runs without the %s feature gate", ErrUnrepairable, podLevelResourceManagers)
-	}
 
 	n := &State{Format: cfg.writes(), PolicyName: s.PolicyName, Entries: map[string]map[string]cpuset.CPUSet{}}
 	if gateOn {
@@ -136,6 +136,9 @@ func PlanRebuild(s *State, snap *topology.Snapshot, cfg Config) (*Plan, error) {
 		if len(reserved) > 0 {
 			why = append(why, fmt.Sprintf("CPUs %s are reserved", d.Reserved))
 		}
+		if a.Container == "" && !gateOn {
+			why = append(why, "the kubelet runs without the "+podLevelResourceManagers+" feature gate and does not restore pod-level CPUs")
+		}
 		d.Reason = strings.Join(why, ", ")
 		return d, len(why) > 0
 	}
@@ -149,6 +152,7 @@ func PlanRebuild(s *State, snap *topology.Snapshot, cfg Config) (*Plan, error) {
 		p.Kept = append(p.Kept, a)
 		n.PodEntries[a.PodUID] = a.CPUs
 		assigned.addSet(a.CPUs)
+		// (gateOn here: without it every pod-level assignment is drained.)
 	}
 	for _, a := range containerAssignments(s) {
 		d, bad := check(a)

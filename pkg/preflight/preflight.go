@@ -198,6 +198,13 @@ func cpuManager(snap *topology.Snapshot, o Options) manager {
 		configTodo: "fix the kubelet configuration (cpuManagerPolicy, reservedSystemCPUs, cpuManagerPolicyOptions)",
 		load: func(path string) (loaded, error) {
 			st, err := cpumgr.ReadFile(path)
+			var le *cpumgr.LoadError
+			if errors.As(err, &le) {
+				// Refused by every release: in the words of this one.
+				if cfg, cerr := cpumgr.NewConfig(o.Config, snap, path, o.Release); cerr == nil {
+					err = fmt.Errorf("cpumgr: %s: kubelet 1.%d would refuse it: %s: %w", path, o.Release.Minor, le.KubeletFor(cfg), cpumgr.ErrCorrupt)
+				}
+			}
 			if err != nil {
 				return loaded{}, err
 			}

@@ -15,6 +15,8 @@ import (
 	"k8s.io/utils/dump"
 
 	"github.com/hotplugd/hotplugd/pkg/cpumgr"
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
+	"github.com/hotplugd/hotplugd/test/kubeletcompat/oracle"
 )
 
 // cpuLoadInputs are checkpoint files around the golden ones: the kubelet's
@@ -156,16 +158,21 @@ func TestCPUManagerLoadMatchesKubelet(t *testing.T) {
 // kubelet) keeps the V3 fields inline with checksum 0, which v1.36.3 loads
 // as V2 without a check. hotplugd cannot verify the payload and leaves the
 // file to a person.
+// TestCPUManagerV4: a 1.37 (V4) file with a payload that does not verify,
+// beside valid V2 fields: kubelet 1.37 refuses it, older kubelets read the
+// V2 fields; hotplugd says what the kubelet under test says.
 func TestCPUManagerV4(t *testing.T) {
 	b := []byte(`{"policyName":"static","defaultCpuSet":"0-7","checksum":0,"data":"{\"policyName\":\"static\",\"defaultCpuSet\":\"0-7\"}","dataChecksum":1}`)
 	k := cpuKubelet{reserved: "1"}
 	k.setGates(t)
 	m := newCPUMachine(t, cpuLine(8, 1))
-	if _, err := kubeletStartWith(t, m, k, t.TempDir(), b); err != nil {
-		t.Errorf("kubelet v1.36.3 refuses the V4 file: %v", err)
+	dir := t.TempDir()
+	_, err := kubeletStartWith(t, m, k, dir, b)
+	if got, want := hotplugdVerdict(t, m, k, filepath.Join(dir, cpuStateFile), b), errText(err); got != want {
+		t.Errorf("kubelet %s: hotplugd says %q, the kubelet %q", oracle.KubeletVersion(), got, want)
 	}
-	if _, err := cpumgr.Parse(b); !errors.Is(err, cpumgr.ErrUnsupportedFormat) {
-		t.Errorf("Parse() error = %v, want ErrUnsupportedFormat", err)
+	if hotplugdRelease(t).CPUState == kubeletversion.CPUStateV4 && err == nil {
+		t.Errorf("kubelet %s starts with a V4 payload that does not verify", oracle.KubeletVersion())
 	}
 }
 
