@@ -323,15 +323,10 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (func(*daemon.
 		zap.Bool("dry_run", o.DryRun), zap.String("kubelet_root_dir", rootDir), zap.Bool("allocatable", kubelet != nil))
 
 	var config = kubeletCfg
-	switch {
-	case kubelet == nil, rel == nil:
-		config = nil // allocatable is not predicted without the kubelet's configuration
-	case kubelet.AllocatableIgnoresEviction:
-		// --experimental-allocatable-ignore-eviction: hard eviction is
-		// not taken out of allocatable.
-		config = config.DeepCopy()
-		config.EvictionHard = map[string]string{}
+	if kubelet == nil || rel == nil {
+		config = nil // allocatable is not predicted without the kubelet's configuration and rules
 	}
+	ignoreEviction := kubelet != nil && kubelet.AllocatableIgnoresEviction
 	return func(d *daemon.Daemon) error {
 		rem, err := remedy.New(remedy.Options{
 			Mode: mode, Settle: o.Settle, Interval: o.RemedyInterval, Timeout: o.RemedyTimeout, DryRun: o.DryRun,
@@ -350,7 +345,7 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (func(*daemon.
 			if res.EventDriven() {
 				rem.Activity(res.Batch.Last)
 			}
-			p := predict(res.Snapshot, config, log)
+			p := predict(res.Snapshot, config, ignoreEviction, log)
 			p.Limit = limit
 			rep.SetPrediction(p)
 		})
@@ -361,11 +356,16 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (func(*daemon.
 }
 
 // predict is what a kubelet started now would report; allocatable only
-// when its configuration is known.
-func predict(s *topology.Snapshot, cfg *kubeletv1beta1.KubeletConfiguration, log *zap.Logger) nodepatch.Prediction {
+// when its configuration is known. ignoreEviction is the kubelet's
+// --experimental-allocatable-ignore-eviction.
+func predict(s *topology.Snapshot, cfg *kubeletv1beta1.KubeletConfiguration, ignoreEviction bool, log *zap.Logger) nodepatch.Prediction {
 	p := nodepatch.Prediction{Capacity: s.Capacity()}
 	if cfg != nil {
-		alloc, err := s.Allocatable(cfg)
+		allocatable := s.Allocatable
+		if ignoreEviction {
+			allocatable = s.AllocatableIgnoringEviction
+		}
+		alloc, err := allocatable(cfg)
 		if err != nil {
 			log.Warn("the kubelet would refuse this machine with its configuration; comparing capacity only", zap.Error(err))
 			return p

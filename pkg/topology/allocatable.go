@@ -29,11 +29,23 @@ import (
 // kubelet's container manager exits then; only hugepages can push
 // allocatable memory to the clamp at zero).
 func (s *Snapshot) Allocatable(cfg *kubeletv1beta1.KubeletConfiguration) (v1.ResourceList, error) {
+	return s.allocatable(cfg, true)
+}
+
+// AllocatableIgnoringEviction is Allocatable for a kubelet started with
+// --experimental-allocatable-ignore-eviction: no hard eviction threshold is
+// held back (ReservationIgnoringEviction), and evictionHard is still checked
+// as the kubelet checks it.
+func (s *Snapshot) AllocatableIgnoringEviction(cfg *kubeletv1beta1.KubeletConfiguration) (v1.ResourceList, error) {
+	return s.allocatable(cfg, false)
+}
+
+func (s *Snapshot) allocatable(cfg *kubeletv1beta1.KubeletConfiguration, withEviction bool) (v1.ResourceList, error) {
 	if cfg == nil {
 		cfg = kubeletconfig.Default()
 	}
 	capacity := s.Capacity()
-	reservation, err := s.Reservation(cfg)
+	reservation, err := s.reservation(cfg, withEviction)
 	if err != nil {
 		return nil, err
 	}

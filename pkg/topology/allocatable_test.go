@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
 )
@@ -133,5 +134,39 @@ func TestAllocatable(t *testing.T) {
 				t.Errorf("allocatable hugepages-2Mi = %s, want capacity %s", a.String(), c.String())
 			}
 		})
+	}
+}
+
+// TestAllocatableIgnoringEviction: a kubelet with
+// --experimental-allocatable-ignore-eviction holds back no hard eviction
+// threshold, and still refuses an evictionHard statement it cannot parse.
+func TestAllocatableIgnoringEviction(t *testing.T) {
+	snap, err := extractFixture(t, "dual-socket-smt2").Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parse := func(body string) *kubeletv1beta1.KubeletConfiguration {
+		cfg, err := kubeletconfig.Parse([]byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n" + body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	cfg := parse("evictionHard: {memory.available: 1Gi}\nkubeReserved: {memory: 256Mi}\n")
+	with, err := snap.Allocatable(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	without, err := snap.AllocatableIgnoringEviction(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 127936Mi - 256Mi - 1536Mi - 6Gi, and 1Gi less with eviction.
+	if got := map[string]string{"with": with.Memory().String(), "ignoring": without.Memory().String()}; !cmp.Equal(got, map[string]string{"with": "118976Mi", "ignoring": "120000Mi"}) {
+		t.Errorf("allocatable memory %v", got)
+	}
+	bad := parse("evictionHard: {memory.available: lots}\n")
+	if _, err := snap.AllocatableIgnoringEviction(bad); err == nil {
+		t.Error("an evictionHard the kubelet cannot parse is accepted when eviction is ignored")
 	}
 }
