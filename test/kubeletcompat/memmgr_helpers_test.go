@@ -140,27 +140,7 @@ func (k memKubelet) newManager(t *testing.T, m memMachine, dir string, affinity 
 	if err != nil {
 		t.Fatal(err)
 	}
-	reservation := v1.ResourceList{}
-	add := func(q resource.Quantity) {
-		v := reservation[v1.ResourceMemory]
-		v.Add(q)
-		reservation[v1.ResourceMemory] = v
-	}
-	for _, r := range []map[string]string{kc.SystemReserved, kc.KubeReserved} {
-		if s, ok := r[string(v1.ResourceMemory)]; ok {
-			add(resource.MustParse(s))
-		}
-	}
-	thresholds, err := eviction.ParseThresholdConfig([]string{}, kc.EvictionHard, nil, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	capacity := resource.NewQuantity(int64(m.info.MemoryCapacity), resource.BinarySI)
-	for _, th := range thresholds {
-		if th.Signal == evictionapi.SignalMemoryAvailable && th.Operator == evictionapi.OpLessThan {
-			add(*evictionapi.GetThresholdQuantity(th.Value, capacity))
-		}
-	}
+	reservation := memoryReservation(t, kc.SystemReserved, kc.KubeReserved, kc.EvictionHard, m.info.MemoryCapacity)
 	if affinity == nil {
 		affinity = oracle.NoTopologyManager()
 	}
@@ -395,4 +375,35 @@ func memKubeletMessage(t *testing.T, err error) string {
 		t.Fatalf("%v is no *memmgr.KubeletError", err)
 	}
 	return ke.Kubelet
+}
+
+// memoryReservation is the node allocatable reservation of memory the
+// kubelet's container manager hands its memory manager
+// (GetNodeAllocatableReservation): systemReserved + kubeReserved + the
+// memory.available hard eviction threshold, parsed by the kubelet's own
+// eviction code.
+func memoryReservation(t *testing.T, systemReserved, kubeReserved, evictionHard map[string]string, memoryCapacity uint64) v1.ResourceList {
+	t.Helper()
+	reservation := v1.ResourceList{}
+	add := func(q resource.Quantity) {
+		v := reservation[v1.ResourceMemory]
+		v.Add(q)
+		reservation[v1.ResourceMemory] = v
+	}
+	for _, r := range []map[string]string{systemReserved, kubeReserved} {
+		if s, ok := r[string(v1.ResourceMemory)]; ok {
+			add(resource.MustParse(s))
+		}
+	}
+	thresholds, err := eviction.ParseThresholdConfig([]string{}, evictionHard, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	capacity := resource.NewQuantity(int64(memoryCapacity), resource.BinarySI)
+	for _, th := range thresholds {
+		if th.Signal == evictionapi.SignalMemoryAvailable && th.Operator == evictionapi.OpLessThan {
+			add(*evictionapi.GetThresholdQuantity(th.Value, capacity))
+		}
+	}
+	return reservation
 }

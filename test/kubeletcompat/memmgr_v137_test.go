@@ -30,8 +30,6 @@ import (
 	memstate "k8s.io/kubernetes/pkg/kubelet/cm/memorymanager/state"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager/bitmask"
-	"k8s.io/kubernetes/pkg/kubelet/eviction"
-	evictionapi "k8s.io/kubernetes/pkg/kubelet/eviction/api"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
@@ -148,27 +146,7 @@ func (k v137Kubelet) newManager(t *testing.T, m v137Machine, dir string, affinit
 	if err != nil {
 		t.Fatal(err)
 	}
-	reservation := v1.ResourceList{}
-	add := func(q resource.Quantity) {
-		v := reservation[v1.ResourceMemory]
-		v.Add(q)
-		reservation[v1.ResourceMemory] = v
-	}
-	for _, r := range []map[string]string{kc.SystemReserved, kc.KubeReserved} {
-		if s, ok := r[string(v1.ResourceMemory)]; ok {
-			add(resource.MustParse(s))
-		}
-	}
-	thresholds, err := eviction.ParseThresholdConfig([]string{}, kc.EvictionHard, nil, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	capacity := resource.NewQuantity(int64(m.info.MemoryCapacity), resource.BinarySI)
-	for _, th := range thresholds {
-		if th.Signal == evictionapi.SignalMemoryAvailable && th.Operator == evictionapi.OpLessThan {
-			add(*evictionapi.GetThresholdQuantity(th.Value, capacity))
-		}
-	}
+	reservation := memoryReservation(t, kc.SystemReserved, kc.KubeReserved, kc.EvictionHard, m.info.MemoryCapacity)
 	if affinity == nil {
 		affinity = topologymanager.NewFakeManager(logr.Discard())
 	}
