@@ -84,24 +84,48 @@ type options interface {
 // subcommand returns code at once: 0 after --help, 2 on a usage error
 // (said on stderr).
 func parseFlags(name, usage string, o options, args []string, stderr io.Writer) (code int, done bool) {
+	rest, err := parseFlagSet(name, usage, o, args, stderr, false)
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		return 0, true
+	case err != nil:
+		fmt.Fprintf(stderr, "hotplugd %s: %v\n", name, err)
+		return 2, true
+	case len(rest) > 0:
+		fmt.Fprintf(stderr, "hotplugd %s: unexpected arguments %q\n", name, rest)
+		return 2, true
+	}
+	return 0, false
+}
+
+// parseFlagSet parses args into o and validates them. With dash, the
+// arguments after "--" are returned (and none are allowed before it);
+// without, every positional argument is returned for the caller to refuse.
+// pflag.ErrHelp after --help, which has printed usage.
+func parseFlagSet(name, usage string, o options, args []string, stderr io.Writer, dash bool) ([]string, error) {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprintf(stderr, usage, fs.FlagUsages()) }
 	o.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			return 0, true
+			return nil, err
 		}
-		fmt.Fprintf(stderr, "hotplugd %s: %v (see hotplugd %s --help)\n", name, err, name)
-		return 2, true
+		return nil, fmt.Errorf("%w (see hotplugd %s --help)", err, name)
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "hotplugd %s: unexpected arguments %q\n", name, fs.Args())
-		return 2, true
+	rest := fs.Args()
+	if dash {
+		at := fs.ArgsLenAtDash()
+		if at < 0 {
+			at = len(rest)
+		}
+		if at > 0 {
+			return nil, fmt.Errorf("unexpected arguments %q (the kubelet's arguments go after \"--\")", rest[:at])
+		}
+		rest = rest[at:]
 	}
 	if err := o.Validate(); err != nil {
-		fmt.Fprintf(stderr, "hotplugd %s: %v\n", name, err)
-		return 2, true
+		return nil, err
 	}
-	return 0, false
+	return rest, nil
 }

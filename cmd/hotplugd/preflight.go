@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -38,22 +40,19 @@ const defaultKubeletBinary = "/usr/bin/kubelet"
 
 // AddFlags registers the options on fs.
 func (o *preflightOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.RootDir, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's --root-dir, where cpu_manager_state and memory_manager_state are")
-	fs.StringVar(&o.KubeletConfig, "kubelet-config", "", "the kubelet's KubeletConfiguration file (its --config), for the CPU and memory manager policies and reservations (default: a kubelet with no config file, i.e. policies none and None)")
+	fs.StringVar(&o.RootDir, "kubelet-root-dir", "", "shorthand for the kubelet argument --root-dir (prefer passing the kubelet's own arguments after --)")
+	fs.StringVar(&o.KubeletConfig, "kubelet-config", "", "shorthand for the kubelet argument --config (prefer passing the kubelet's own arguments after --)")
 	fs.StringVar(&o.SysfsRoot, "sysfs-root", "/sys", "sysfs mount to read the machine from")
 	fs.StringVar(&o.ProcfsRoot, "procfs-root", "/proc", "procfs mount to read the machine from")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "print the plan and change nothing")
 	fs.BoolVar(&o.AllowDrop, "allow-drop-assignments", false, "let a repair drop the assignments of containers whose CPUs or memory are gone (drain their pods first)")
 	fs.StringVarP(&o.Output, "output", "o", "text", "report format: text or json")
-	fs.StringVar(&o.KubeletBinary, "kubelet-binary", "", "the kubelet that is about to start; its --version decides the rules (state-file layouts, feature gates) hotplugd applies (default "+defaultKubeletBinary+", else kubelet on PATH)")
+	fs.StringVar(&o.KubeletBinary, "kubelet-binary", "", "the kubelet that is about to start; its --version decides the rules (state-file layouts, feature gates) hotplugd applies (default: the path before the kubelet's arguments when it is a kubelet, else "+defaultKubeletBinary+", else kubelet on PATH)")
 	fs.StringVar(&o.KubeletVersion, "kubelet-version", "", "the kubelet's version (vX.Y.Z) instead of running --kubelet-binary. A kubelet hotplugd does not know (not 1.34 to 1.37, a pre-release) or none found: the files are left untouched with a warning, exit 0")
 }
 
 // Validate checks the option values.
 func (o *preflightOptions) Validate() error {
-	if o.RootDir == "" {
-		return errors.New("--kubelet-root-dir must not be empty")
-	}
 	if o.Output != "text" && o.Output != "json" {
 		return fmt.Errorf("--output must be text or json, not %q", o.Output)
 	}
@@ -66,6 +65,27 @@ func (o *preflightOptions) Validate() error {
 		}
 	}
 	return nil
+}
+
+// kubeletArgs is the kubelet's command line as preflight reads it: the
+// shorthand flags first, then the kubelet's own arguments, whose later
+// flags win as they do for the kubelet. A leading path whose base name is
+// "kubelet" (ExecStart's binary) is taken as --kubelet-binary.
+func (o *preflightOptions) kubeletArgs(rest []string) []string {
+	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") && filepath.Base(rest[0]) == "kubelet" {
+		if o.KubeletBinary == "" && o.KubeletVersion == "" {
+			o.KubeletBinary = rest[0]
+		}
+		rest = rest[1:]
+	}
+	var args []string
+	if o.KubeletConfig != "" {
+		args = append(args, "--config="+o.KubeletConfig)
+	}
+	if o.RootDir != "" {
+		args = append(args, "--root-dir="+o.RootDir)
+	}
+	return append(args, rest...)
 }
 
 // kubeletRelease finds the version of the kubelet about to start and its
@@ -98,58 +118,85 @@ func (o *preflightOptions) kubeletRelease(ctx context.Context) (v kubeletversion
 	return v, rel, ""
 }
 
-func runPreflight(args []string, stdout, stderr io.Writer) int {
-	var o preflightOptions
-	if code, done := parseFlags("preflight", `Usage: hotplugd preflight [flags]
+const preflightUsage = `Usage: hotplugd preflight [flags] [-- <the kubelet's arguments>]
 
-Checks the kubelet's cpu_manager_state and memory_manager_state against the
-machine as it is now, before the kubelet starts (its ExecStartPre):
+Checks the kubelet's cpu_manager_state and memory_manager_state, and its
+configuration, against the machine as it is now, before the kubelet starts
+(its ExecStartPre). Give it the kubelet's own command line after "--", as the
+kubelet's unit passes it to the kubelet: --config, --config-dir, --root-dir,
+--feature-gates and every flag that overrides the configuration are read as
+the kubelet reads them (the same code as the daemon's kubelet discovery).
   valid or absent                      exit 0
   stale and safely repairable          back up, rewrite, report, exit 0
-  needs a person (an assignment lost its CPUs or memory, corrupt file,
-  policy changed)                      files untouched, report why and what to do, exit 2
-  a kubelet version or file layout hotplugd does not know
+  the kubelet would refuse to start and no safe repair exists (an
+  assignment lost its CPUs or memory, a corrupt file, a changed policy, a
+  configuration it refuses on this machine)
+                                       files untouched, report why and what to do, exit 2
+  anything hotplugd cannot judge (a kubelet version or file layout it does
+  not know, a machine or configuration it cannot read, its own flags wrong)
                                        files untouched, a warning that says why, exit 0
-The kubelet's version (--kubelet-binary's --version, or --kubelet-version)
+preflight never blocks a kubelet that would have started without it. The
+kubelet's version (--kubelet-binary's --version, or --kubelet-version)
 decides the rules: hotplugd knows kubelet 1.34 to 1.37.
-Errors reading the machine or the configuration exit 1.
 
 Flags:
-%s`, &o, args, stderr); done {
-		return code
+%s`
+
+func runPreflight(args []string, stdout, stderr io.Writer) int {
+	var o preflightOptions
+	rest, err := parseFlagSet("preflight", preflightUsage, &o, args, stderr, true)
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		return 0
+	case err != nil:
+		// preflight runs before the kubelet: its own misconfiguration must
+		// not keep the kubelet from starting.
+		warnf(stderr, "%v: checking nothing, changing nothing", err)
+		return 0
 	}
-	cfg := kubeletconfig.Default()
-	if o.KubeletConfig != "" {
-		var err error
-		if cfg, err = kubeletconfig.Load(o.KubeletConfig); err != nil {
-			fmt.Fprintf(stderr, "hotplugd preflight: %v\n", err)
-			return 1
-		}
+	k, err := kubeletconfig.FromArgs(o.kubeletArgs(rest), "/")
+	if err != nil {
+		warnf(stderr, "cannot read the kubelet's configuration (the kubelet will say what it makes of it): %v: checking nothing, changing nothing", err)
+		return 0
 	}
 	snap, err := topology.NewFS(o.SysfsRoot, o.ProcfsRoot).CapacitySnapshot()
 	if err != nil {
-		fmt.Fprintf(stderr, "hotplugd preflight: %v\n", err)
-		return 1
+		warnf(stderr, "cannot read the machine: %v: checking nothing, changing nothing", err)
+		return 0
 	}
 	v, rel, warning := o.kubeletRelease(context.Background())
 	if warning != "" {
-		fmt.Fprintf(stderr, "hotplugd preflight: warning: %s: checking nothing, changing nothing\n", warning)
+		warnf(stderr, "%s: checking nothing, changing nothing", warning)
 	}
 	rep := preflight.Run(snap, preflight.Options{
-		RootDir: o.RootDir, Config: cfg, Release: rel, Version: v, DryRun: o.DryRun, AllowDrop: o.AllowDrop, Now: time.Now(),
+		RootDir: k.RootDir, Config: k.Config, AllocatableIgnoresEviction: k.AllocatableIgnoresEviction,
+		Release: rel, Version: v, DryRun: o.DryRun, AllowDrop: o.AllowDrop, Now: time.Now(),
 	})
 	for _, w := range rep.Warnings() {
-		fmt.Fprintf(stderr, "hotplugd preflight: warning: %s\n", w)
+		warnf(stderr, "%s", w)
 	}
-	if o.Output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(rep)
-	} else {
-		fmt.Fprint(stdout, rep.String())
+	if err := writeReport(stdout, rep, o.Output); err != nil {
+		// The report must reach the kubelet's journal whatever happens to
+		// stdout: the text goes to stderr instead.
+		fmt.Fprintf(stderr, "hotplugd preflight: writing the report to stdout failed: %v; the report:\n%s", err, rep.String())
 	}
 	if rep.NeedsPerson() {
 		return 2
 	}
 	return 0
+}
+
+// writeReport writes the report in the chosen format.
+func writeReport(w io.Writer, rep preflight.Report, format string) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	_, err := io.WriteString(w, rep.String())
+	return err
+}
+
+func warnf(stderr io.Writer, format string, args ...any) {
+	fmt.Fprintf(stderr, "hotplugd preflight: warning: "+format+"\n", args...)
 }

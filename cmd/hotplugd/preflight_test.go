@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -127,10 +129,98 @@ func TestPreflightJSONAndErrors(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Results) != 2 || rep.Results[0].Verdict != "would repair" {
 		t.Errorf("json: exit %d, %+v from:\n%s", code, rep, out)
 	}
-	if code, _, stderr := runCmd("preflight", "--kubelet-config", "/nonexistent.yaml"); code != 1 || !strings.Contains(stderr, "kubeletconfig: read /nonexistent.yaml") {
-		t.Errorf("missing config: exit %d, stderr %q", code, stderr)
+	// Whatever preflight cannot judge (its own flags, the kubelet's
+	// configuration, the machine) is a warning, never a block: the kubelet
+	// says itself what it makes of its configuration.
+	for _, tt := range []struct {
+		name       string
+		args       []string
+		wantStderr string
+	}{
+		{"missing config", []string{"preflight", "--kubelet-config", "/nonexistent.yaml"}, "read --config"},
+		{"missing config after --", []string{"preflight", "--", "--config=/nonexistent.yaml"}, "read --config"},
+		{"a kubelet command line it cannot read", []string{"preflight", "--", "--root-dir=/x", "stray"}, `unexpected argument "stray"`},
+		{"bad output", []string{"preflight", "-o", "yaml"}, "--output must be text or json"},
+		{"unknown flag", []string{"preflight", "--no-such-flag"}, "unknown flag: --no-such-flag"},
+		{"arguments before --", []string{"preflight", "--config=x"}, "unknown flag"},
+		{"positional before --", []string{"preflight", "x", "--", "--config=x"}, `the kubelet's arguments go after "--"`},
+		{"unreadable machine", []string{"preflight", "--sysfs-root", "/nonexistent", "--kubelet-version", "v1.36.3"}, "cannot read the machine"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCmd(tt.args...)
+			if code != 0 || !strings.Contains(stderr, tt.wantStderr) || !strings.Contains(stderr, "warning") {
+				t.Errorf("exit %d (want 0), stderr (want a warning with %q): %q", code, tt.wantStderr, stderr)
+			}
+		})
 	}
-	if code, _, stderr := runCmd("preflight", "-o", "yaml"); code != 2 || !strings.Contains(stderr, "--output must be text or json") {
-		t.Errorf("bad output: exit %d, stderr %q", code, stderr)
+}
+
+// TestPreflightKubeletArgs: preflight reads the kubelet's own command line
+// after "--" as the kubelet does (issue 11, point 1): a static policy set by
+// flag over a config file that sets none is the static policy, and
+// --root-dir says where the state files are.
+func TestPreflightKubeletArgs(t *testing.T) {
+	base, path, old := preflightEnv(t, 8)
+	root := filepath.Dir(path)
+	none := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(none, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The machine and version flags of preflightEnv, not its kubelet ones.
+	var common []string
+	for i := 0; i < len(base); i++ {
+		switch base[i] {
+		case "--kubelet-root-dir", "--kubelet-config":
+			i++
+		case "preflight":
+		default:
+			common = append(common, base[i])
+		}
+	}
+	pre := append([]string{"preflight"}, common...)
+	for _, tt := range []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  string
+	}{
+		{"policy and reservation by flag", append(append([]string{}, pre...), "--", "--config="+none, "--cpu-manager-policy=static", "--reserved-cpus=0", "--root-dir="+root), 0, "cpu_manager_state: valid"},
+		{"with the kubelet's binary first", append(append([]string{}, pre...), "--", "/usr/bin/kubelet", "--config", none, "--cpu-manager-policy", "static", "--reserved-cpus", "0", "--root-dir", root), 0, "cpu_manager_state: valid"},
+		{"the flag wins over the shorthand", append(append([]string{}, pre...), "--kubelet-root-dir=/nonexistent", "--", "--config="+none, "--cpu-manager-policy=static", "--reserved-cpus=0", "--root-dir="+root), 0, "cpu_manager_state: valid"},
+		// Without the flags the kubelet's policy is none: it refuses the
+		// static checkpoint, and so does preflight.
+		{"config alone: policy none", append(append([]string{}, pre...), "--", "--config="+none, "--root-dir="+root), 2, `configured policy "none" differs from state checkpoint policy "static"`},
+		// Another root dir: the files there are what is checked.
+		{"root dir elsewhere", append(append([]string{}, pre...), "--", "--config="+none, "--root-dir="+t.TempDir()), 0, "cpu_manager_state: absent"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, stderr := runCmd(tt.args...)
+			if code != tt.wantCode || !strings.Contains(out, tt.wantOut) {
+				t.Errorf("exit %d (want %d); stdout (want %q):\n%s\nstderr:\n%s", code, tt.wantCode, tt.wantOut, out, stderr)
+			}
+			if now, _ := os.ReadFile(path); string(now) != string(old) {
+				t.Error("the file changed")
+			}
+		})
+	}
+}
+
+// failingWriter fails every write, as a closed stdout does.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
+
+// TestPreflightReportWriteFails: a report that cannot be written to stdout
+// goes to stderr, and the exit code still follows the verdict.
+func TestPreflightReportWriteFails(t *testing.T) {
+	for _, format := range []string{"text", "json"} {
+		t.Run(format, func(t *testing.T) {
+			args, _, _ := preflightEnv(t, 4)
+			var stderr bytes.Buffer
+			code := run(append(args, "-o", format), failingWriter{}, &stderr)
+			if code != 2 || !strings.Contains(stderr.String(), "broken pipe") || !strings.Contains(stderr.String(), "what to do: drain the node") {
+				t.Errorf("exit %d (want 2), stderr (want the error and the report):\n%s", code, stderr.String())
+			}
+		})
 	}
 }
