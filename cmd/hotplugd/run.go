@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -16,16 +17,15 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/hotplugd/hotplugd/pkg/cpuonline"
 	"github.com/hotplugd/hotplugd/pkg/daemon"
 	"github.com/hotplugd/hotplugd/pkg/debounce"
-	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
 	"github.com/hotplugd/hotplugd/pkg/kubeletctl"
 	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
+	"github.com/hotplugd/hotplugd/pkg/kubeletwatch"
 	"github.com/hotplugd/hotplugd/pkg/logging"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 	"github.com/hotplugd/hotplugd/pkg/remedy"
@@ -65,6 +65,8 @@ type runOptions struct {
 	KubeletUnit         string
 	KubeletStopCommand  string
 	KubeletStartCommand string
+	StateDir            string
+	KubeletPoll         time.Duration
 
 	minMemoryDelta resource.Quantity
 }
@@ -97,7 +99,9 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RemedyTimeout, "remedy-timeout", time.Minute, "how long a restarted kubelet has to answer its healthz and show the new capacity before the restart is rolled back")
 	fs.StringVar(&o.KubeletUnit, "kubelet-unit", kubeletctl.DefaultUnit, "the kubelet's systemd unit, stopped and started over D-Bus")
 	fs.StringVar(&o.KubeletStopCommand, "kubelet-stop-command", "", "shell command that stops the kubelet, for hosts without systemd (with --kubelet-start-command; replaces --kubelet-unit)")
-	fs.StringVar(&o.KubeletStartCommand, "kubelet-start-command", "", "shell command that starts the kubelet, for hosts without systemd")
+	fs.StringVar(&o.KubeletStartCommand, "kubelet-start-command", "", "shell command that starts the kubelet, for hosts without systemd; it must be idempotent (a running kubelet stays as it is), as systemctl start is")
+	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/hotplugd", "where hotplugd keeps its remedy journal (remedy.json): the restart under way, finished by the next hotplugd after a crash, and the attempts made, not repeated across restarts")
+	fs.DurationVar(&o.KubeletPoll, "kubelet-poll", 5*time.Second, "how often hotplugd checks that the kubelet it knows still runs, or looks for one (its configuration files are watched with inotify)")
 }
 
 // Validate checks the option values.
@@ -139,6 +143,9 @@ func (o *runOptions) Validate() error {
 	}
 	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst <= 0 {
 		errs = append(errs, errors.New("--kube-api-qps and --kube-api-burst must be positive"))
+	}
+	if o.KubeletPoll <= 0 {
+		errs = append(errs, fmt.Errorf("--kubelet-poll must be positive, not %v", o.KubeletPoll))
 	}
 	if o.Settle < 0 || o.RemedyInterval < 0 || o.RemedyTimeout <= 0 {
 		errs = append(errs, errors.New("--settle and --remedy-interval must not be negative, --remedy-timeout must be positive"))
@@ -205,7 +212,10 @@ Flags:
 	}
 	var wire func(*daemon.Daemon) error
 	if !o.Standalone {
-		if wire, err = o.cluster(&cfg, log); err != nil {
+		var cleanup func()
+		wire, cleanup, err = o.cluster(&cfg, log)
+		defer cleanup()
+		if err != nil {
 			log.Error("cannot start", zap.Error(err))
 			return 1
 		}
@@ -259,85 +269,83 @@ Flags:
 	return 0
 }
 
-// cluster sets up the node reporter and the remedy: it finds the kubelet,
-// builds the client, and adds their tasks and the reconcile hook to cfg.
-// The returned function finishes the wiring once the daemon exists.
-func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (func(*daemon.Daemon) error, error) {
+// cluster sets up the node reporter, the kubelet watch and the remedy,
+// and adds their tasks and the reconcile hook to the daemon once it exists
+// (the returned function). cleanup releases what it opened.
+func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*daemon.Daemon) error, cleanup func(), err error) {
+	cleanup = func() {}
 	node, err := o.nodeName()
 	if err != nil {
-		return nil, err
+		return nil, cleanup, err
 	}
 	// client-go logs through klog (watch errors, event sending): into the
 	// same structured log, not as plain lines on stderr.
 	klog.SetLogger(zapr.NewLogger(log.Named("client-go")))
-	kubelet, err := o.kubelet(log)
-	if err != nil {
-		return nil, err
-	}
 	metrics := daemon.NewMetrics()
 	cfg.Metrics = metrics
 	client, _, err := nodepatch.NewClient(nodepatch.ClientOptions{
 		Kubeconfig: o.Kubeconfig, QPS: o.KubeAPIQPS, Burst: o.KubeAPIBurst, Version: version, Registerer: metrics.Registry,
 	})
 	if err != nil {
-		return nil, err
+		return nil, cleanup, err
 	}
 	rep, err := nodepatch.New(nodepatch.Options{
 		Client: client, NodeName: node, MinMemoryDelta: o.minMemoryDelta, DryRun: o.DryRun,
 		Log: log, Registerer: metrics.Registry,
 	})
 	if err != nil {
-		return nil, err
+		return nil, cleanup, err
+	}
+	watch := kubeletwatch.New(kubeletwatch.Options{
+		ProcRoot: o.ProcfsRoot, Args: o.kubeletArgs(), RootDir: o.KubeletRootDir, Version: o.KubeletVersion,
+		NodeVersion: func(ctx context.Context) (string, error) {
+			n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				return "", fmt.Errorf("reading Node %s: %w", node, err)
+			}
+			return n.Status.NodeInfo.KubeletVersion, nil
+		},
+		Poll: o.KubeletPoll, Log: log,
+	})
+	journal, err := remedy.OpenJournal(o.StateDir)
+	if err != nil {
+		return nil, cleanup, err
 	}
 	mode := remedy.Mode(o.Remedy)
-	var kubeletCfg = kubeletconfig.Default()
-	rootDir, healthz, inPlace := "/var/lib/kubelet", "", false
-	rel, limit := o.kubeletRelease(kubelet, client, node, log)
-	if kubelet != nil {
-		kubeletCfg, rootDir, healthz = kubelet.Config, kubelet.RootDir, kubelet.HealthzURL
-		if rel != nil {
-			inPlace = rel.ResizesInPlace(kubelet.Config.FeatureGates)
-		}
-	} else if mode == remedy.ModeRestartKubelet {
-		log.Warn("the kubelet's configuration is unknown: reporting only (give --kubelet-config, or start hotplugd after the kubelet)")
-		mode = remedy.ModeReport
-	}
-	if rel == nil {
-		// Said once: the log here, the Node's condition message on every
-		// write (Prediction.Limit).
-		log.Warn("a kubelet release hotplugd does not know: predicting capacity only, reporting only, never touching its files", zap.String("why", limit))
-		if mode == remedy.ModeRestartKubelet {
-			mode = remedy.ModeReport
-		}
-	}
-	if o.KubeletRootDir != "" {
-		rootDir = o.KubeletRootDir
-	}
 	var control remedy.Controller
-	if mode == remedy.ModeRestartKubelet {
+	if mode == remedy.ModeRestartKubelet || journal.Underway() != nil {
+		// A restart left under way by the last hotplugd is finished even
+		// in report mode: the kubelet must run.
 		if control, err = o.control(log); err != nil {
-			return nil, err
+			if mode == remedy.ModeRestartKubelet {
+				return nil, cleanup, err
+			}
+			log.Error("a kubelet restart was left under way and the kubelet cannot be controlled: make sure it runs", zap.Error(err))
+		}
+	}
+	if c, ok := control.(io.Closer); ok {
+		cleanup = func() {
+			if err := c.Close(); err != nil {
+				log.Debug("closing the kubelet control", zap.Error(err))
+			}
 		}
 	}
 	log.Info("acting on the node", zap.String("node", node), zap.String("remedy", string(mode)),
-		zap.Bool("dry_run", o.DryRun), zap.String("kubelet_root_dir", rootDir), zap.Bool("allocatable", kubelet != nil))
+		zap.Bool("dry_run", o.DryRun), zap.String("journal", journal.Path()))
 
-	var config = kubeletCfg
-	if kubelet == nil || rel == nil {
-		config = nil // allocatable is not predicted without the kubelet's configuration and rules
-	}
-	ignoreEviction := kubelet != nil && kubelet.AllocatableIgnoresEviction
 	return func(d *daemon.Daemon) error {
+		pred := &predictor{rep: rep, log: log}
 		rem, err := remedy.New(remedy.Options{
 			Mode: mode, Settle: o.Settle, Interval: o.RemedyInterval, Timeout: o.RemedyTimeout, DryRun: o.DryRun,
-			RootDir: rootDir, Config: kubeletCfg, Release: rel, HealthzURL: healthz, InPlaceResize: inPlace,
-			AllocatableIgnoresEviction: kubelet != nil && kubelet.AllocatableIgnoresEviction,
-			Control:                    control, Node: rep, Snapshot: d.FS().Snapshot, Busy: d.Busy,
+			Kubelet: watch, Journal: journal, WouldRefuse: wouldRefuse,
+			Control: control, Node: rep, Snapshot: d.FS().Snapshot, Busy: d.Busy,
 			Log: log, Registerer: metrics.Registry,
 		})
 		if err != nil {
 			return err
 		}
+		// The kubelet is discovered before the first snapshot's prediction.
+		watch.Refresh(context.Background())
 		d.AddHook(func(res daemon.Result) {
 			if res.Snapshot == nil {
 				return
@@ -345,14 +353,75 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (func(*daemon.
 			if res.EventDriven() {
 				rem.Activity(res.Batch.Last)
 			}
-			p := predict(res.Snapshot, config, ignoreEviction, log)
-			p.Limit = limit
-			rep.SetPrediction(p)
+			pred.snapshot(res.Snapshot, watch.Current())
+		})
+		d.AddTask(watch.Run)
+		d.AddTask(func(ctx context.Context) error {
+			// A new kubelet, or a new configuration: predict again.
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-watch.Changed():
+					pred.kubelet(watch.Current())
+				}
+			}
 		})
 		d.AddTask(rep.Run)
 		d.AddTask(rem.Run)
 		return nil
-	}, nil
+	}, cleanup, nil
+}
+
+// kubeletArgs are the kubelet arguments --kubelet-config stands for; nil:
+// discover the running kubelet.
+func (o *runOptions) kubeletArgs() []string {
+	if o.KubeletConfig == "" {
+		return nil
+	}
+	return []string{"--config", o.KubeletConfig}
+}
+
+// predictor keeps the Node reporter's prediction in step with both of its
+// inputs: the last snapshot and the kubelet's facts.
+type predictor struct {
+	rep *nodepatch.Reporter
+	log *zap.Logger
+
+	mu    sync.Mutex
+	snap  *topology.Snapshot
+	facts *kubeletwatch.Facts
+}
+
+func (p *predictor) snapshot(s *topology.Snapshot, f *kubeletwatch.Facts) {
+	p.mu.Lock()
+	p.snap, p.facts = s, f
+	p.mu.Unlock()
+	p.update()
+}
+
+func (p *predictor) kubelet(f *kubeletwatch.Facts) {
+	p.mu.Lock()
+	p.facts = f
+	p.mu.Unlock()
+	p.update()
+}
+
+func (p *predictor) update() {
+	p.mu.Lock()
+	s, f := p.snap, p.facts
+	p.mu.Unlock()
+	if s == nil {
+		return
+	}
+	pr := predict(s, f.Config(), f != nil && f.Kubelet != nil && f.Kubelet.AllocatableIgnoresEviction, p.log)
+	pr.Limit = f.Limit()
+	p.rep.SetPrediction(pr)
+}
+
+// wouldRefuse is the kubelet's start-up verdict on this machine.
+func wouldRefuse(f *kubeletwatch.Facts, snap *topology.Snapshot) error {
+	return nil
 }
 
 // predict is what a kubelet started now would report; allocatable only
@@ -373,86 +442,6 @@ func predict(s *topology.Snapshot, cfg *kubeletv1beta1.KubeletConfiguration, ign
 		p.Allocatable = alloc
 	}
 	return p
-}
-
-// kubeletRelease decides which kubelet release hotplugd predicts for, and
-// returns it, or nil and why not (for the log and the Node's condition):
-//
-//  1. --kubelet-version, when the operator states it;
-//  2. the running kubelet's binary, /proc/<pid>/exe --version. It wins over
-//     the Node because it is the process whose configuration hotplugd read,
-//     it needs no API call, and it is the version on the node now: the Node's
-//     kubeletVersion is only what the kubelet last reported, and a binary
-//     replaced on disk since the start is refused (a restart would start
-//     another version);
-//  3. the Node's status.nodeInfo.kubeletVersion, when hotplugd cannot run
-//     the kubelet's binary (a pod without ptrace access to it, a
-//     --kubelet-config without a running kubelet).
-func (o *runOptions) kubeletRelease(k *kubeletconfig.Kubelet, client kubernetes.Interface, node string, log *zap.Logger) (*kubeletversion.Release, string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	var v kubeletversion.Version
-	var why []string
-	source := ""
-	if o.KubeletVersion != "" {
-		v, source = kubeletversion.MustParse(o.KubeletVersion), "--kubelet-version"
-	}
-	if source == "" && k != nil && k.PID != 0 {
-		var err error
-		if v, err = kubeletversion.FromProcess(ctx, o.ProcfsRoot, k.PID); err == nil {
-			source = "the kubelet's binary"
-		} else {
-			why = append(why, err.Error())
-		}
-	}
-	if source == "" && client != nil {
-		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		switch {
-		case err != nil:
-			why = append(why, fmt.Sprintf("reading Node %s: %v", node, err))
-		case n.Status.NodeInfo.KubeletVersion == "":
-			why = append(why, fmt.Sprintf("Node %s reports no kubeletVersion", node))
-		default:
-			if v, err = kubeletversion.Parse(n.Status.NodeInfo.KubeletVersion); err == nil {
-				source = "the Node's status.nodeInfo.kubeletVersion"
-			} else {
-				why = append(why, err.Error())
-			}
-		}
-	}
-	if source == "" {
-		return nil, "capacity only, no remedy: the kubelet's version is unknown (" + strings.Join(why, "; ") + ")"
-	}
-	rel, err := kubeletversion.Lookup(v)
-	if err != nil {
-		return nil, fmt.Sprintf("capacity only, no remedy: kubelet %s is not a release hotplugd knows (it knows %s)", v, kubeletversion.Known())
-	}
-	log.Info("kubelet release", zap.String("version", v.String()), zap.String("from", source), zap.Stringer("rules", rel))
-	return rel, ""
-}
-
-// kubelet finds the kubelet's configuration: --kubelet-config, else the
-// running kubelet. Nil when neither is there.
-func (o *runOptions) kubelet(log *zap.Logger) (*kubeletconfig.Kubelet, error) {
-	if o.KubeletConfig != "" {
-		k, err := kubeletconfig.FromArgs([]string{"--config", o.KubeletConfig}, "/")
-		if err != nil {
-			return nil, err
-		}
-		log.Info("kubelet configuration", zap.String("config", o.KubeletConfig))
-		return k, nil
-	}
-	k, err := kubeletconfig.Discover(o.ProcfsRoot)
-	if errors.Is(err, kubeletconfig.ErrNotFound) {
-		log.Warn("no running kubelet found; predicting capacity only (give --kubelet-config for allocatable)", zap.Error(err))
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	log.Info("found the kubelet", zap.Int("pid", k.PID), zap.String("config", k.ConfigPath), zap.String("root_dir", k.RootDir),
-		zap.String("healthz", k.HealthzURL))
-	return k, nil
 }
 
 // control is how the kubelet is stopped and started: commands when given,

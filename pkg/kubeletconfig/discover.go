@@ -47,11 +47,23 @@ type Kubelet struct {
 	Config *kubeletv1beta1.KubeletConfiguration
 	// RootDir is --root-dir made absolute against the kubelet's working
 	// directory, DefaultRootDir when not given. It is a path in the kubelet's
-	// mount namespace: hotplugd reaches it under FSRoot.
+	// mount namespace: where hotplugd reaches it is StateDir.
 	RootDir string
 	// FSRoot is where hotplugd sees the kubelet's "/": /proc/<pid>/root for
-	// Discover, the fsRoot given to FromArgs.
+	// Discover ("/" without ptrace access to the kubelet), the fsRoot given
+	// to FromArgs. The configuration is read under it; it is no place to
+	// write (see StateDir).
 	FSRoot string
+	// Files are what the configuration was read from, as paths in
+	// hotplugd's own file system, for a watcher (fsnotify) to re-discover
+	// the kubelet when one changes: the --config file, the --config-dir
+	// directory, then its subdirectories and the drop-ins the kubelet
+	// reads, in the order of the walk (inotify does not watch a directory
+	// tree, only each directory). A path is the kubelet's own when it names
+	// the same file in hotplugd's file system (FSRoot "/", a shared mount),
+	// else the path under FSRoot, which for /proc/<pid>/root works only
+	// while that kubelet process lives.
+	Files []string
 	// AllocatableIgnoresEviction is the deprecated
 	// --experimental-allocatable-ignore-eviction: when true the kubelet leaves
 	// hard eviction thresholds out of node allocatable
@@ -63,6 +75,65 @@ type Kubelet struct {
 	// address of its family: it is where the kubelet listens, not an address
 	// to connect to.
 	HealthzURL string
+
+	// sources are the files read, with the hashes of their content, for
+	// Fingerprint: the --config file, then the drop-ins.
+	sources []source
+}
+
+// StateDir returns the kubelet's root dir (RootDir), where its state files
+// are, as hotplugd can reach it to read and rewrite them:
+//
+//   - RootDir itself when FSRoot is "/" (hotplugd sees the kubelet's file
+//     system as its own), or when RootDir under FSRoot is the same
+//     directory as RootDir in hotplugd's file system (os.SameFile): the
+//     same mount namespace, or a DaemonSet that mounts the kubelet's root
+//     dir at the same path;
+//   - for a kubelet given by FromArgs under another fsRoot (the host's "/"
+//     mounted at /host), RootDir under that root: a mount of hotplugd's own;
+//   - else an error that says what to mount. RootDir under
+//     /proc/<pid>/root is not returned: that path disappears when the
+//     kubelet process stops, which is what a remedy does first.
+//
+// An error also when RootDir cannot be looked at in the kubelet's file
+// system (a kubelet that has not created it yet: errors.Is fs.ErrNotExist).
+func (k *Kubelet) StateDir() (string, error) {
+	switch {
+	case k.FSRoot == "" || k.FSRoot == "/":
+		return k.RootDir, nil
+	case k.PID == 0:
+		return filepath.Join(k.FSRoot, k.RootDir), nil
+	}
+	fsys := hostFS(k.FSRoot)
+	theirs, err := fsys.stat(rel(k.RootDir))
+	if err != nil {
+		return "", fmt.Errorf("kubeletconfig: the kubelet's root dir %s (pid %d): %w", k.RootDir, k.PID, err)
+	}
+	mount := fmt.Sprintf("mount it into hotplugd at the same path (a DaemonSet: a hostPath volume with path %s and mountPath %s),"+
+		" or give --kubelet-root-dir where hotplugd has it; its path under /proc/%d/root is no use for a remedy: it disappears when the kubelet stops",
+		k.RootDir, k.RootDir, k.PID)
+	ours, err := os.Stat(k.RootDir)
+	if err != nil {
+		return "", fmt.Errorf("kubeletconfig: the kubelet's root dir %s (pid %d) is not visible in hotplugd's file system (%w): %s", k.RootDir, k.PID, err, mount)
+	}
+	if !os.SameFile(theirs, ours) {
+		return "", fmt.Errorf("kubeletconfig: the kubelet's root dir %s (pid %d) is another directory in hotplugd's file system: %s", k.RootDir, k.PID, mount)
+	}
+	return k.RootDir, nil
+}
+
+// hostPath is the kubelet's absolute path p in hotplugd's file system: p
+// itself when it is the same file there, else p under the kubelet's root.
+func hostPath(fsys hostFS, p string) string {
+	if string(fsys) == "/" {
+		return p
+	}
+	if theirs, err := fsys.stat(rel(p)); err == nil {
+		if ours, err := os.Stat(p); err == nil && os.SameFile(theirs, ours) {
+			return p
+		}
+	}
+	return filepath.Join(string(fsys), p)
 }
 
 // Discover finds the running kubelet under procRoot (normally /proc,
@@ -164,14 +235,21 @@ func build(args []string, fsys hostFS, cwd func() (string, error)) (*Kubelet, er
 		if c, err = Parse(b); err != nil {
 			return nil, fmt.Errorf("parse --config %s: %w", filepath.Join(string(fsys), p), err)
 		}
+		k.sources = append(k.sources, source{path: p, sum: sum(b)})
+		k.Files = append(k.Files, hostPath(fsys, p))
 	}
 	if f.configDir != "" {
 		p, err := abs("--config-dir", f.configDir)
 		if err != nil {
 			return nil, err
 		}
-		if c, err = applyDropins(c, fsys, p); err != nil {
+		var read dropinsRead
+		if c, read, err = readDropins(c, fsys, p, applyDropins); err != nil {
 			return nil, err
+		}
+		k.sources = append(k.sources, read.files...)
+		for _, w := range read.paths {
+			k.Files = append(k.Files, hostPath(fsys, w))
 		}
 	}
 	if err := applyFlags(c, f.overrides); err != nil {

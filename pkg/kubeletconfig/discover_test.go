@@ -686,6 +686,17 @@ func TestDiscoverRealProcess(t *testing.T) {
 	if k.FSRoot != "/proc/"+strconv.Itoa(pid)+"/root" {
 		t.Errorf("FSRoot = %q", k.FSRoot)
 	}
+	// The same mount namespace: the kubelet's paths are hotplugd's.
+	if diff := cmp.Diff([]string{filepath.Join(dir, "cfg.yaml")}, k.Files); diff != "" {
+		t.Errorf("Files (-want +got):\n%s", diff)
+	}
+	mustMkdir(t, k.RootDir)
+	if got, err := k.StateDir(); err != nil || got != k.RootDir {
+		t.Errorf("StateDir() = %q, %v, want %s", got, err, k.RootDir)
+	}
+	if start, err := ProcessStart("/proc", pid); err != nil || start == 0 {
+		t.Errorf("ProcessStart(/proc, %d) = %d, %v", pid, start, err)
+	}
 }
 
 // TestDiscoverWithoutPtraceAccess: a process without CAP_SYS_PTRACE (a

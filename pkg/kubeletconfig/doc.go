@@ -13,6 +13,15 @@
 // from a container in the host's PID namespace. FromArgs does the same for a
 // command line the operator gives.
 //
+// What hotplugd needs to follow the kubelet comes with it: Kubelet.Files,
+// the configuration files and directories to watch; Kubelet.Fingerprint,
+// an identity of the kubelet's start-up behavior (command line, the content
+// of every file read, the effective configuration) that survives process
+// restarts; ProcessStart, which tells a new kubelet process from an old one
+// under the same PID; and Kubelet.StateDir, the kubelet's root dir at a path
+// hotplugd can write that outlives the kubelet process (never through
+// /proc/<pid>/root), or why there is none.
+//
 // It is a package of its own because three concerns read the same file: the
 // allocatable prediction, the kubelet state repair and the kubelet restart.
 // It only reads; it never writes the kubelet's configuration. What it reports

@@ -61,6 +61,27 @@ func (r hostFS) isSymlink(abs string) (bool, error) {
 	return st.Mode&unix.S_IFMT == unix.S_IFLNK, nil
 }
 
+// stat returns the file the kubelet's path names (the fs.FS name), with
+// symlinks followed inside the root, without opening it for reading (an
+// O_PATH descriptor: no read permission needed, a directory is fine).
+// Errors are *fs.PathError naming the host path.
+func (r hostFS) stat(name string) (fs.FileInfo, error) {
+	hostPath := filepath.Join(string(r), filepath.FromSlash(name))
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "stat", Path: hostPath, Err: fs.ErrInvalid}
+	}
+	fd, err := r.openInRoot(name, unix.O_PATH)
+	switch {
+	case err == unix.ENOSYS || err == unix.EPERM:
+		return os.Stat(hostPath)
+	case err != nil:
+		return nil, &fs.PathError{Op: "stat", Path: hostPath, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), hostPath)
+	defer f.Close()
+	return f.Stat()
+}
+
 // openInRoot opens the fs.FS name inside the root with
 // openat2(RESOLVE_IN_ROOT) and returns the descriptor or a bare errno.
 func (r hostFS) openInRoot(name string, flags uint64) (int, error) {

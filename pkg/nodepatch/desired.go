@@ -31,6 +31,10 @@ const (
 	// ReasonNeedsDrain: the state files cannot be rebuilt without
 	// dropping pinned containers; a person must drain the node.
 	ReasonNeedsDrain = "NeedsDrain"
+	// ReasonKubeletWouldRefuse: the kubelet would refuse to start on this
+	// machine with its configuration, so it was not restarted (condition
+	// True; Warning Event in the kubelet's words).
+	ReasonKubeletWouldRefuse = "KubeletWouldRefuse"
 )
 
 // The annotations hotplugd owns on its Node; nothing else under the prefix

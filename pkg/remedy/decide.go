@@ -55,6 +55,15 @@ type Inputs struct {
 	// it does not know, so today it is always false: it turns on when a
 	// release row in pkg/kubeletversion gains the gate and a node enables it.
 	InPlaceResize bool
+	// Remediable is false when the kubelet cannot be restarted safely
+	// (not found, a release hotplugd does not know, its state files out of
+	// reach); NotRemediable says why.
+	Remediable    bool
+	NotRemediable string
+	// Key identifies the (prediction, kubelet configuration) a remedy
+	// would be for; Previous is the journal's last attempt for it.
+	Key      string
+	Previous *Entry
 }
 
 // Plan is a decision with its reason.
@@ -65,6 +74,8 @@ type Plan struct {
 	// event or Node change.
 	At    time.Time
 	Drift nodepatch.Drift
+	// Key is Inputs.Key, for the remedy's record.
+	Key string
 }
 
 // String reads "restart: capacity cpu 2 -> 1 has outlasted the settle time".
@@ -84,10 +95,18 @@ func Decide(in Inputs) Plan {
 	case len(sig) == 0:
 		return Plan{Action: ActionNone, Why: "the kubelet reports this machine"}
 	}
-	p := Plan{Drift: sig}
+	p := Plan{Drift: sig, Key: in.Key}
 	switch {
 	case in.Mode != ModeRestartKubelet:
 		p.Action, p.Why = ActionReport, "--remedy="+string(in.Mode)+": reporting only"
+	case !in.Remediable:
+		p.Action, p.Why = ActionReport, "no restart: "+in.NotRemediable
+	case in.Previous != nil && in.Previous.Outcome != OutcomeRemediated:
+		// At most one attempt per (prediction, configuration): a failed,
+		// refused or needs-a-person attempt stands until one changes.
+		p.Action = ActionReport
+		p.Why = fmt.Sprintf("the attempt of %s for this machine and kubelet configuration ended %s: not repeated until one of them changes",
+			in.Previous.Start.UTC().Format(time.RFC3339), in.Previous.Outcome)
 	case in.InPlaceResize:
 		p.Action, p.Why = ActionReport, "the kubelet runs with InPlaceNodeResourceResize and follows the machine itself: reporting only"
 	case in.Busy:

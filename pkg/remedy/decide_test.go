@@ -16,7 +16,7 @@ var cpuDrift = nodepatch.Drift{{Field: nodepatch.FieldCapacity, Resource: v1.Res
 func TestDecide(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
 	base := Inputs{Mode: ModeRestartKubelet, Known: true, Drift: cpuDrift, Now: t0.Add(10 * time.Second),
-		LastActivity: t0, Settle: 3 * time.Second, Interval: 10 * time.Minute}
+		LastActivity: t0, Settle: 3 * time.Second, Interval: 10 * time.Minute, Remediable: true, Key: "k1"}
 	noise := nodepatch.Drift{{Field: nodepatch.FieldCapacity, Resource: v1.ResourceMemory,
 		Reported: resource.MustParse("1Gi"), Predicted: resource.MustParse("1000Mi"), Noise: true}}
 	tests := []struct {
@@ -36,6 +36,21 @@ func TestDecide(t *testing.T) {
 		{"settled exactly", func(in *Inputs) { in.Now = t0.Add(3 * time.Second) }, ActionRestart, time.Time{}},
 		{"rate limited", func(in *Inputs) { in.LastAttempt = t0.Add(-time.Minute) }, ActionWait, t0.Add(9 * time.Minute)},
 		{"rate limit over", func(in *Inputs) { in.LastAttempt = t0.Add(-10 * time.Minute) }, ActionRestart, time.Time{}},
+		{"kubelet not remediable", func(in *Inputs) { in.Remediable, in.NotRemediable = false, "no kubelet running yet" }, ActionReport, time.Time{}},
+		{"this key failed before", func(in *Inputs) {
+			in.Previous = &Entry{Key: "k1", Start: t0.Add(-time.Hour), Outcome: OutcomeFailed}
+		}, ActionReport, time.Time{}},
+		{"this key was refused before", func(in *Inputs) {
+			in.Previous = &Entry{Key: "k1", Start: t0.Add(-time.Hour), Outcome: OutcomeRefused}
+		}, ActionReport, time.Time{}},
+		{"this key needed a person before", func(in *Inputs) {
+			in.Previous = &Entry{Key: "k1", Start: t0.Add(-time.Hour), Outcome: OutcomeNeedsPerson}
+		}, ActionReport, time.Time{}},
+		// The machine went back and forth: a key that was remediated before
+		// may be remediated again.
+		{"this key was remediated before", func(in *Inputs) {
+			in.Previous = &Entry{Key: "k1", Start: t0.Add(-time.Hour), Outcome: OutcomeRemediated}
+		}, ActionRestart, time.Time{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,9 +2,13 @@ package remedy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -12,17 +16,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	v1 "k8s.io/api/core/v1"
-	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 
-	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
+	"github.com/hotplugd/hotplugd/pkg/kubeletwatch"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 	"github.com/hotplugd/hotplugd/pkg/preflight"
 	"github.com/hotplugd/hotplugd/pkg/statefile"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
-// Controller stops and starts the kubelet (pkg/kubeletctl).
+// Controller stops and starts the kubelet (pkg/kubeletctl). Both must be
+// idempotent (stopping a stopped kubelet, starting a running one: no
+// change), as systemd's are: a remedy interrupted by a crash is finished by
+// the next hotplugd, which cannot know whether the last call took effect.
 type Controller interface {
 	Stop(ctx context.Context) error
 	Start(ctx context.Context) error
@@ -40,12 +47,21 @@ type NodeView interface {
 	Hold(bool)
 }
 
+// KubeletSource is where the remedy learns about the kubelet
+// (*kubeletwatch.Watcher): Current is the last view, Refresh discovers it
+// again (before every remedy).
+type KubeletSource interface {
+	Current() *kubeletwatch.Facts
+	Refresh(ctx context.Context) *kubeletwatch.Facts
+}
+
 // Options configure a Remedier.
 type Options struct {
 	Mode Mode
 	// Settle is how long the machine must be quiet before acting.
 	Settle time.Duration
-	// Interval is the rate limit: one attempt per Interval.
+	// Interval is the rate limit: one attempt per Interval, counted from
+	// the journal, so across hotplugd's restarts.
 	Interval time.Duration
 	// Timeout bounds waiting for the kubelet's healthz and then for the
 	// Node to show the predicted capacity.
@@ -54,20 +70,16 @@ type Options struct {
 	OpTimeout time.Duration
 	DryRun    bool
 
-	// RootDir and Config are the kubelet's, for the state files.
-	RootDir string
-	Config  *kubeletv1beta1.KubeletConfiguration
-	// HealthzURL is the kubelet's healthz; "" skips that wait.
-	HealthzURL string
-	// AllocatableIgnoresEviction is the kubelet's
-	// --experimental-allocatable-ignore-eviction (the state-file checks
-	// follow it).
-	AllocatableIgnoresEviction bool
-	// Release is the kubelet's release row; required for ModeRestartKubelet
-	// (the state files are repaired by its rules).
-	Release *kubeletversion.Release
-	// InPlaceResize: the kubelet follows the machine itself; report only.
-	InPlaceResize bool
+	// Kubelet is the kubelet as discovered: its configuration, release,
+	// state directory and healthz.
+	Kubelet KubeletSource
+	// WouldRefuse says why the kubelet would refuse to start on snap with
+	// its configuration (pkg/kubeletstart), nil when it would start; nil
+	// func: not checked.
+	WouldRefuse func(f *kubeletwatch.Facts, snap *topology.Snapshot) error
+	// Journal is the record of remedies under way and tried; nil: one in
+	// memory (nothing survives a restart).
+	Journal *Journal
 
 	Control Controller
 	Node    NodeView
@@ -91,6 +103,12 @@ const (
 	OutcomeFailed      Outcome = "failed"       // rolled back
 	OutcomeNeedsPerson Outcome = "needs_person" // nothing done
 	OutcomeDryRun      Outcome = "dry_run"
+	// OutcomeRefused: the kubelet would refuse to start with its
+	// configuration on this machine; not restarted.
+	OutcomeRefused Outcome = "refused"
+	// OutcomeInterrupted: hotplugd was stopped during the verification;
+	// the kubelet runs, the next hotplugd verifies.
+	OutcomeInterrupted Outcome = "interrupted"
 )
 
 // Attempt is the record of one remedy.
@@ -99,6 +117,8 @@ type Attempt struct {
 	Duration time.Duration
 	Outcome  Outcome
 	Err      error
+	// Key is the (prediction, kubelet configuration) it was for.
+	Key string
 	// Report is the state-file repair's report.
 	Report preflight.Report
 }
@@ -110,6 +130,7 @@ type Remedier struct {
 	log     *zap.Logger
 	clock   clock.WithTicker
 	wake    chan struct{}
+	journal *Journal
 	metrics struct {
 		attempts *prometheus.CounterVec
 		restarts prometheus.Counter
@@ -117,17 +138,16 @@ type Remedier struct {
 
 	mu           sync.Mutex
 	lastActivity time.Time
-	lastAttempt  time.Time
-	attempts     []Attempt
+	// lastTry is the last execute's start, journaled or not (a topology
+	// read that failed is not journaled, and is rate-limited too).
+	lastTry  time.Time
+	attempts []Attempt
 }
 
 // New checks the options and returns a Remedier.
 func New(o Options) (*Remedier, error) {
-	if o.Node == nil || o.Snapshot == nil {
-		return nil, errors.New("remedy: a node view and a snapshot function are required")
-	}
-	if o.Mode == ModeRestartKubelet && o.Release == nil {
-		return nil, errors.New("remedy: --remedy=restart-kubelet needs the kubelet's release (programmer error: report only when it is unknown)")
+	if o.Node == nil || o.Snapshot == nil || o.Kubelet == nil {
+		return nil, errors.New("remedy: a node view, a kubelet source and a snapshot function are required")
 	}
 	if o.Mode == ModeRestartKubelet && o.Control == nil {
 		return nil, errors.New("remedy: --remedy=restart-kubelet needs a way to stop and start the kubelet")
@@ -147,14 +167,17 @@ func New(o Options) (*Remedier, error) {
 	if o.OpTimeout <= 0 {
 		o.OpTimeout = 2 * time.Minute
 	}
-	m := &Remedier{o: o, log: o.Log.Named("remedy"), clock: o.Clock, wake: make(chan struct{}, 1)}
+	if o.Journal == nil {
+		o.Journal, _ = OpenJournal("")
+	}
+	m := &Remedier{o: o, log: o.Log.Named("remedy"), clock: o.Clock, wake: make(chan struct{}, 1), journal: o.Journal}
 	m.metrics.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hotplugd_remedies_total",
-		Help: "Remedy attempts by outcome: remediated, failed (rolled back), needs_person (nothing done), dry_run.",
+		Help: "Remedy attempts by outcome: remediated, failed (rolled back), needs_person and refused (nothing done), interrupted, dry_run.",
 	}, []string{"outcome"})
 	m.metrics.restarts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "hotplugd_kubelet_restarts_total",
-		Help: "Kubelet starts hotplugd asked for (rollbacks included).",
+		Help: "Kubelet starts hotplugd asked for (rollbacks and recoveries included).",
 	})
 	if o.Registerer != nil {
 		for _, c := range []prometheus.Collector{m.metrics.attempts, m.metrics.restarts} {
@@ -187,8 +210,14 @@ func (m *Remedier) Attempts() []Attempt {
 	return append([]Attempt(nil), m.attempts...)
 }
 
-// Run decides and acts until ctx is done.
+// Run first finishes a remedy a previous hotplugd left under way (the
+// kubelet always ends up running), then decides and acts until ctx is
+// done. A remedy that has stopped the kubelet is carried to its end (the
+// kubelet started) even when ctx is cancelled meanwhile.
 func (m *Remedier) Run(ctx context.Context) error {
+	if u := m.journal.Underway(); u != nil {
+		m.recover(ctx, *u)
+	}
 	m.Activity(m.clock.Now()) // the daemon's start counts as activity
 	var timer clock.Timer
 	defer func() {
@@ -198,6 +227,9 @@ func (m *Remedier) Run(ctx context.Context) error {
 	}()
 	last := ""
 	for {
+		if ctx.Err() != nil {
+			return nil
+		}
 		changed := m.o.Node.Changed()
 		plan := m.decide()
 		if s := string(plan.Action) + plan.Why; s != last {
@@ -228,10 +260,15 @@ func (m *Remedier) Run(ctx context.Context) error {
 		if plan.Action == ActionWait && plan.At.IsZero() {
 			busyC = m.clock.After(100 * time.Millisecond)
 		}
+		var kubeletC <-chan struct{}
+		if kw, ok := m.o.Kubelet.(interface{ Changed() <-chan struct{} }); ok {
+			kubeletC = kw.Changed()
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
+		case <-kubeletC:
 		case <-m.wake:
 		case <-timerC:
 		case <-busyC:
@@ -244,29 +281,80 @@ func (m *Remedier) Run(ctx context.Context) error {
 
 func (m *Remedier) decide() Plan {
 	st := m.o.Node.State()
-	m.mu.Lock()
+	facts := m.o.Kubelet.Current()
 	in := Inputs{
 		Mode: m.o.Mode, Known: st.Known(), Drift: st.Drift, Now: m.clock.Now(),
-		LastActivity: m.lastActivity, Settle: m.o.Settle, Busy: m.o.Busy(),
-		LastAttempt: m.lastAttempt, Interval: m.o.Interval, InPlaceResize: m.o.InPlaceResize,
+		Settle: m.o.Settle, Busy: m.o.Busy(), Interval: m.o.Interval,
+		LastAttempt: m.journal.LastStart(),
+	}
+	if facts.Remediable() {
+		in.Remediable = true
+		in.InPlaceResize = facts.Release.ResizesInPlace(facts.Kubelet.Config.FeatureGates)
+	} else {
+		in.NotRemediable = "the kubelet's state files or rules are not known"
+		if l := facts.Limit(); l != "" {
+			in.NotRemediable = l
+		}
+	}
+	if st.Prediction != nil {
+		in.Key = Key(*st.Prediction, facts)
+		if e, ok := m.journal.Last(in.Key); ok {
+			in.Previous = &e
+		}
+	}
+	m.mu.Lock()
+	in.LastActivity = m.lastActivity
+	if m.lastTry.After(in.LastAttempt) {
+		in.LastAttempt = m.lastTry
 	}
 	m.mu.Unlock()
 	return Decide(in)
 }
 
+// Key identifies what a remedy is for: the prediction (what the restarted
+// kubelet would report) and the kubelet's configuration.
+func Key(p nodepatch.Prediction, f *kubeletwatch.Facts) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "kubelet %s\n", f.Fingerprint())
+	for _, l := range []struct {
+		name string
+		list v1.ResourceList
+	}{{"capacity", p.Capacity}, {"allocatable", p.Allocatable}} {
+		names := make([]string, 0, len(l.list))
+		for n := range l.list {
+			names = append(names, string(n))
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			q := l.list[v1.ResourceName(n)]
+			fmt.Fprintf(h, "%s %s %s\n", l.name, n, q.String())
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
 // execute runs one remedy and records it.
 func (m *Remedier) execute(ctx context.Context, plan Plan) {
 	start := m.clock.Now()
-	m.mu.Lock()
-	m.lastAttempt = start
-	m.mu.Unlock()
-	a := m.restart(ctx, plan)
+	a := m.restart(ctx, plan, start)
+	if a.Outcome != "" {
+		m.mu.Lock()
+		m.lastTry = start
+		m.mu.Unlock()
+	}
+	if a.Outcome == "" {
+		return // nothing was tried
+	}
+	m.record(a, start)
+}
+
+func (m *Remedier) record(a Attempt, start time.Time) {
 	a.Start, a.Duration = start, m.clock.Since(start)
 	m.metrics.attempts.WithLabelValues(string(a.Outcome)).Inc()
 	m.mu.Lock()
 	m.attempts = append(m.attempts, a)
 	m.mu.Unlock()
-	fields := []zap.Field{zap.String("outcome", string(a.Outcome)), zap.Duration("took", a.Duration)}
+	fields := []zap.Field{zap.String("outcome", string(a.Outcome)), zap.Duration("took", a.Duration), zap.String("key", a.Key)}
 	if a.Err != nil {
 		m.log.Error("remedy failed", append(fields, zap.Error(a.Err))...)
 	} else {
@@ -274,53 +362,124 @@ func (m *Remedier) execute(ctx context.Context, plan Plan) {
 	}
 }
 
-// restart is the remedy itself.
-func (m *Remedier) restart(ctx context.Context, plan Plan) Attempt {
-	next := m.clock.Now().Add(m.o.Interval).UTC().Format(time.RFC3339)
+// finish writes the outcome to the journal (the remedy under way, if any,
+// is cleared).
+func (m *Remedier) finish(a Attempt, start time.Time) Attempt {
+	if a.Outcome == OutcomeDryRun {
+		return a
+	}
+	e := Entry{Key: a.Key, Start: start, Outcome: a.Outcome}
+	if a.Err != nil {
+		e.Why = a.Err.Error()
+	}
+	if err := m.journal.Finish(e); err != nil {
+		m.log.Error("writing the remedy journal failed", zap.Error(err))
+	}
+	return a
+}
+
+// restart is the remedy itself. Every step from the stop on runs to the
+// kubelet's start, whatever happens to ctx.
+func (m *Remedier) restart(ctx context.Context, plan Plan, start time.Time) Attempt {
+	next := m.next(start)
+	facts := m.o.Kubelet.Refresh(ctx)
+	a := Attempt{Key: plan.Key}
+	if !facts.Remediable() {
+		m.log.Info("the kubelet changed before the restart; deciding again", zap.String("limits", facts.Limit()))
+		return a // no outcome: the next decision sees the new facts
+	}
+	if st := m.o.Node.State(); st.Prediction != nil {
+		if k := Key(*st.Prediction, facts); k != plan.Key {
+			m.log.Info("the kubelet changed since the decision; deciding again", zap.String("key", k))
+			return a // no outcome
+		}
+	}
 	snap, err := m.o.Snapshot()
 	if err != nil {
-		return m.fail(Attempt{}, fmt.Errorf("remedy: reading the topology: %w", err), next, false)
+		a.Outcome, a.Err = OutcomeFailed, fmt.Errorf("remedy: reading the topology: %w", err)
+		return a // not journaled: nothing was done, the next reconcile retries
 	}
-	pf := preflight.Options{RootDir: m.o.RootDir, Config: m.o.Config, Release: m.o.Release,
-		AllocatableIgnoresEviction: m.o.AllocatableIgnoresEviction, Now: m.clock.Now()}
+	if m.o.WouldRefuse != nil {
+		if err := m.o.WouldRefuse(facts, snap); err != nil {
+			return m.finish(m.refused(a, err, next), start)
+		}
+	}
+	pf := preflightOptions(facts, m.clock.Now())
 
 	// Plan the repair first: when it needs a person, the kubelet is left
 	// running as it is.
 	pf.DryRun = true
 	dry := preflight.Run(snap, pf)
-	if m.o.DryRun || dry.NeedsPerson() {
-		return m.planOnly(plan, dry, next)
+	a.Report = dry
+	if m.o.DryRun {
+		return m.planOnly(plan, a)
 	}
-
+	if dry.NeedsPerson() {
+		return m.finish(m.needsPerson(a, next), start)
+	}
+	pf.DryRun = false
+	files := plannedBackups(dry, pf.Now)
+	if err := m.journal.Begin(Underway{Key: plan.Key, Phase: PhaseStopping, Start: start, Drift: plan.Drift.String(), Files: files}); err != nil {
+		// Without the record a crash could leave the kubelet stopped for
+		// good: no stop.
+		a.Outcome, a.Err = OutcomeFailed, fmt.Errorf("remedy: not restarting the kubelet: %w", err)
+		m.o.Node.Event(v1.EventTypeWarning, nodepatch.ReasonRemediationFailed, a.Err.Error())
+		return a
+	}
 	m.log.Info("restarting the kubelet", zap.String("via", m.o.Control.String()), zap.Stringer("drift", plan.Drift),
-		zap.String("state_files", oneLine(dry)))
+		zap.String("state_files", oneLine(dry)), zap.String("journal", m.journal.Path()))
+	a = m.carryOut(ctx, a, facts, snap, pf, plan.Drift.Predicted(), next)
+	if a.Outcome == OutcomeInterrupted {
+		return a // the journal keeps it under way: the next hotplugd verifies
+	}
+	return m.finish(a, start)
+}
+
+// carryOut stops the kubelet, repairs its state files, starts it and
+// verifies; on failure it rolls back. From the stop to the start nothing
+// depends on ctx: an interrupted hotplugd still leaves the kubelet running.
+func (m *Remedier) carryOut(ctx context.Context, a Attempt, facts *kubeletwatch.Facts, snap *topology.Snapshot,
+	pf preflight.Options, predicted string, next string) Attempt {
 	// The restarting kubelet's intermediate reports are not drifts.
 	m.o.Node.Hold(true)
 	defer m.o.Node.Hold(false)
-	if err := m.op(ctx, "stopping", m.o.Control.Stop); err != nil {
-		// It may be half-stopped: make sure it runs.
-		m.op(ctx, "starting", m.start)
-		return m.fail(Attempt{}, err, next, false)
+	if err := m.op("stopping", m.o.Control.Stop); err != nil {
+		// It may be half-stopped, or still running: the files are left as
+		// they are, and it is started (a no-op when it runs).
+		if serr := m.op("starting", m.start); serr != nil {
+			err = fmt.Errorf("%w; starting it again failed too: %w", err, serr)
+		}
+		return m.fail(a, err, next, false)
 	}
-	pf.DryRun, pf.Now = false, m.clock.Now()
+	m.enter(PhaseRepairing, nil)
 	report := preflight.Run(snap, pf)
-	a := Attempt{Report: report}
+	a.Report = report
+	m.enter(PhaseStarting, mergeBackups(m.journal.Underway(), report))
 	if report.NeedsPerson() {
 		// Changed while the kubelet was stopping (it writes its state
 		// files when it admits pods): start it as it was.
-		m.rollback(ctx, report, pf.Now)
+		m.rollback()
 		return m.needsPerson(a, next)
 	}
-	if err := m.op(ctx, "starting", m.start); err != nil {
-		m.rollback(ctx, report, pf.Now)
+	if err := m.op("starting", m.start); err != nil {
+		m.rollback()
 		return m.fail(a, err, next, true)
 	}
+	m.enter(PhaseVerifying, nil)
+	if ctx.Err() != nil {
+		a.Outcome, a.Err = OutcomeInterrupted, errors.New("remedy: hotplugd is stopping: the kubelet was started; the next hotplugd verifies it")
+		return a
+	}
 	if err := m.verify(ctx); err != nil {
-		m.rollback(ctx, report, pf.Now)
+		if ctx.Err() != nil {
+			a.Outcome, a.Err = OutcomeInterrupted, fmt.Errorf("remedy: hotplugd is stopping during the verification (the kubelet runs; the next hotplugd verifies it): %w", err)
+			return a
+		}
+		m.rollback()
 		return m.fail(a, err, next, true)
 	}
 	a.Outcome = OutcomeRemediated
-	msg := fmt.Sprintf("restarted the kubelet (%s); it now reports %s", m.o.Control, plan.Drift.Predicted())
+	msg := fmt.Sprintf("restarted the kubelet (%s); it now reports %s", m.o.Control, predicted)
 	if s := repaired(report); s != "" {
 		msg += "; " + s
 	}
@@ -329,14 +488,122 @@ func (m *Remedier) restart(ctx context.Context, plan Plan) Attempt {
 	return a
 }
 
+// recover finishes a remedy a previous hotplugd left under way: the
+// kubelet may be stopped, its files half-repaired. Before the start it is
+// carried out again from the stop (stop and start are idempotent, the
+// repair of an already repaired file changes nothing); after the start it is
+// verified; a rollback is done again.
+func (m *Remedier) recover(ctx context.Context, u Underway) {
+	start := m.clock.Now()
+	m.log.Warn("a kubelet restart was under way when hotplugd stopped: finishing it first",
+		zap.String("phase", string(u.Phase)), zap.Time("since", u.Start), zap.String("key", u.Key), zap.String("drift", u.Drift))
+	a := Attempt{Key: u.Key}
+	next := m.next(start)
+	if m.o.Control == nil {
+		// --remedy=report now: nothing may be stopped, but the kubelet
+		// must run.
+		m.log.Error("a kubelet restart was under way but this hotplugd has no kubelet control: make sure the kubelet runs", zap.String("journal", m.journal.Path()))
+		return
+	}
+	switch u.Phase {
+	case PhaseVerifying:
+		m.o.Node.Hold(true)
+		err := m.op("starting", m.start) // a no-op when it runs
+		m.o.Node.Hold(false)
+		if err == nil {
+			err = m.verify(ctx)
+		}
+		switch {
+		case err == nil:
+			a.Outcome = OutcomeRemediated
+			m.o.Node.SetNote(nodepatch.Note{})
+			m.o.Node.Event(v1.EventTypeNormal, nodepatch.ReasonRemediated, "the kubelet restart a previous hotplugd began is verified: the Node shows the machine")
+		case ctx.Err() != nil:
+			return // still under way
+		default:
+			m.rollback()
+			a = m.fail(a, err, next, true)
+		}
+	case PhaseRollingBack:
+		m.rollback()
+		a = m.fail(a, errors.New("remedy: a previous hotplugd was rolling back a kubelet restart; rolled back"), next, true)
+	default:
+		facts := m.o.Kubelet.Refresh(ctx)
+		snap, err := m.o.Snapshot()
+		if err != nil || !facts.Remediable() {
+			// Cannot repair now: put the old files back, start the kubelet.
+			m.rollback()
+			if err == nil {
+				err = errors.New(facts.Limit())
+			}
+			a = m.fail(a, fmt.Errorf("remedy: finishing an interrupted kubelet restart: %w", err), next, true)
+			break
+		}
+		pf := preflightOptions(facts, m.clock.Now())
+		a = m.carryOut(ctx, a, facts, snap, pf, "the machine", next)
+		if a.Outcome == OutcomeInterrupted {
+			m.record(a, start)
+			return
+		}
+	}
+	m.record(m.finish(a, u.Start), start)
+}
+
+// preflightOptions are the state-file options for the kubelet of f.
+func preflightOptions(f *kubeletwatch.Facts, now time.Time) preflight.Options {
+	return preflight.Options{RootDir: f.StateDir, Config: f.Kubelet.Config, Release: f.Release, Version: f.Version,
+		AllocatableIgnoresEviction: f.Kubelet.AllocatableIgnoresEviction, Now: now}
+}
+
+// plannedBackups are the backups a repair stamped now will make, named
+// before the write so that an interrupted write can be undone.
+func plannedBackups(dry preflight.Report, now time.Time) []FileBackup {
+	var out []FileBackup
+	for _, r := range dry.Results {
+		if r.Verdict == preflight.WouldRepair {
+			out = append(out, FileBackup{Path: r.Path, Backup: statefile.BackupPath(r.Path, now)})
+		}
+	}
+	return out
+}
+
+// mergeBackups adds the backups a repair made to those already recorded:
+// the first backup of a file holds its contents before the remedy.
+func mergeBackups(u *Underway, r preflight.Report) []FileBackup {
+	var files []FileBackup
+	if u != nil {
+		files = append(files, u.Files...)
+	}
+	for _, res := range r.Results {
+		if res.Verdict == preflight.Repaired && res.Backup != "" &&
+			!slices.ContainsFunc(files, func(f FileBackup) bool { return f.Backup == res.Backup }) {
+			files = append(files, FileBackup{Path: res.Path, Backup: res.Backup})
+		}
+	}
+	return files
+}
+
+// enter writes the next phase down; a journal that cannot be written is
+// logged (the remedy is past its stop: it goes on to the start).
+func (m *Remedier) enter(p Phase, files []FileBackup) {
+	if err := m.journal.Enter(p, files); err != nil {
+		m.log.Error("writing the remedy journal failed", zap.String("phase", string(p)), zap.Error(err))
+	}
+}
+
+func (m *Remedier) next(from time.Time) string {
+	return from.Add(m.o.Interval).UTC().Format(time.RFC3339)
+}
+
 func (m *Remedier) start(ctx context.Context) error {
 	m.metrics.restarts.Inc()
 	return m.o.Control.Start(ctx)
 }
 
-// op runs a kubelet stop or start with its own timeout.
-func (m *Remedier) op(ctx context.Context, what string, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, m.o.OpTimeout)
+// op runs a kubelet stop or start with its own timeout, detached from the
+// daemon's cancellation: a stop must always be followed by a start.
+func (m *Remedier) op(what string, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), m.o.OpTimeout)
 	defer cancel()
 	if err := f(ctx); err != nil {
 		return fmt.Errorf("remedy: %s the kubelet (%s): %w", what, m.o.Control, err)
@@ -349,8 +616,8 @@ func (m *Remedier) op(ctx context.Context, what string, f func(context.Context) 
 func (m *Remedier) verify(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, m.o.Timeout)
 	defer cancel()
-	if m.o.HealthzURL != "" {
-		if err := m.waitHealthz(ctx); err != nil {
+	if f := m.o.Kubelet.Current(); f != nil && f.Kubelet != nil && f.Kubelet.HealthzURL != "" {
+		if err := m.waitHealthz(ctx, f.Kubelet.HealthzURL); err != nil {
 			return err
 		}
 	}
@@ -369,55 +636,87 @@ func (m *Remedier) verify(ctx context.Context) error {
 	}
 }
 
-func (m *Remedier) waitHealthz(ctx context.Context) error {
+func (m *Remedier) waitHealthz(ctx context.Context, url string) error {
 	var last error
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, m.o.HealthzURL, nil)
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, fmt.Errorf("remedy: the kubelet's healthz URL %q: %w", url, err)
+		}
 		resp, err := m.o.HTTP.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			last = fmt.Errorf("%s", resp.Status)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil && last != nil && ctx.Err() != nil {
+		return fmt.Errorf("remedy: the kubelet's healthz %s did not answer ok within %v: %v", url, m.o.Timeout, last)
+	}
+	return err
+}
+
+// rollback stops the kubelet, puts the state files back as they were
+// before the remedy (the journal's first backup of each) and starts it.
+// Files are restored only once the stop succeeded: a kubelet that may still
+// run writes its own state files. Nothing here depends on the daemon's
+// cancellation.
+func (m *Remedier) rollback() {
+	m.enter(PhaseRollingBack, nil)
+	m.log.Warn("rolling back: restoring the state files and restarting the kubelet as it was")
+	m.o.Node.Hold(true)
+	defer m.o.Node.Hold(false)
+	if err := m.op("stopping", m.o.Control.Stop); err != nil {
+		m.log.Error("stopping the kubelet for the rollback failed: its state files are left as they are (restore the backups by hand if it does not start)", zap.Error(err))
+	} else {
+		at := m.clock.Now()
+		var files []FileBackup
+		if u := m.journal.Underway(); u != nil {
+			files = u.Files
+		}
+		done := map[string]bool{}
+		for _, f := range files {
+			if done[f.Path] {
+				continue
 			}
-			err = fmt.Errorf("%s", resp.Status)
+			data, err := statefile.Read(f.Backup)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // the write never happened
+			}
+			done[f.Path] = true
+			if err == nil {
+				if !at.After(m.backupTime(f)) {
+					at = m.backupTime(f).Add(time.Nanosecond)
+				}
+				_, err = statefile.Write(f.Path, data, at)
+			}
+			if err != nil {
+				m.log.Error("restoring a state file failed; restore it by hand", zap.String("file", f.Path),
+					zap.String("backup", f.Backup), zap.Error(err))
+				continue
+			}
+			m.log.Info("state file restored", zap.String("file", f.Path), zap.String("from", f.Backup))
 		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("remedy: the kubelet's healthz %s did not answer ok within %v: %v", m.o.HealthzURL, m.o.Timeout, last)
-		case <-m.clock.After(100 * time.Millisecond):
-		}
+	}
+	if err := m.op("starting", m.start); err != nil {
+		m.log.Error("starting the kubelet after the rollback failed", zap.Error(err))
 	}
 }
 
-// rollback puts the old state files back and starts the kubelet as it was.
-// The restore's own backup (of the repaired file) is stamped after the
-// repair, so the two never share a name.
-func (m *Remedier) rollback(ctx context.Context, report preflight.Report, repairedAt time.Time) {
-	at := m.clock.Now()
-	if !at.After(repairedAt) {
-		at = repairedAt.Add(time.Nanosecond)
+// backupTime is the time a backup's name was stamped with (zero when it
+// cannot be read): the restore's own backup must come after it.
+func (m *Remedier) backupTime(f FileBackup) time.Time {
+	s := strings.TrimPrefix(f.Backup, f.Path+".hotplugd-backup-")
+	t, err := time.Parse("20060102T150405.000000000Z", s)
+	if err != nil {
+		return time.Time{}
 	}
-	m.log.Warn("rolling back: restoring the state files and restarting the kubelet as it was")
-	m.op(ctx, "stopping", m.o.Control.Stop)
-	for _, r := range report.Results {
-		if r.Verdict != preflight.Repaired || r.Backup == "" {
-			continue
-		}
-		data, err := statefile.Read(r.Backup)
-		if err == nil {
-			_, err = statefile.Write(r.Path, data, at)
-		}
-		if err != nil {
-			m.log.Error("restoring a state file failed; restore it by hand", zap.String("file", r.Path),
-				zap.String("backup", r.Backup), zap.Error(err))
-			continue
-		}
-		m.log.Info("state file restored", zap.String("file", r.Path), zap.String("from", r.Backup))
-	}
-	if err := m.op(ctx, "starting", m.start); err != nil {
-		m.log.Error("starting the kubelet after the rollback failed", zap.Error(err))
-	}
+	return t
 }
 
 func (m *Remedier) fail(a Attempt, err error, next string, rolledBack bool) Attempt {
@@ -426,9 +725,25 @@ func (m *Remedier) fail(a Attempt, err error, next string, rolledBack bool) Atte
 	if rolledBack {
 		msg += "; rolled back (state files restored, kubelet restarted as it was)"
 	}
-	msg += "; next attempt not before " + next
+	msg += "; not tried again for this machine and kubelet configuration (a change of either, or removing " + m.journalName() + ", allows one more attempt, not before " + next + ")"
 	m.o.Node.SetNote(nodepatch.Note{Reason: nodepatch.ReasonRemediationFailed, Message: msg})
 	m.o.Node.Event(v1.EventTypeWarning, nodepatch.ReasonRemediationFailed, msg)
+	return a
+}
+
+func (m *Remedier) journalName() string {
+	if p := m.journal.Path(); p != "" {
+		return p
+	}
+	return "the remedy journal"
+}
+
+// refused: the kubelet would not start; it is left running as it is.
+func (m *Remedier) refused(a Attempt, err error, next string) Attempt {
+	a.Outcome, a.Err = OutcomeRefused, err
+	msg := fmt.Sprintf("the kubelet was not restarted: it would refuse to start on this machine: %v; what to do: fix the kubelet's configuration (a restart by anyone would fail the same way); reporting only until the machine or the kubelet's configuration changes (not before %s)", err, next)
+	m.o.Node.SetNote(nodepatch.Note{Reason: nodepatch.ReasonKubeletWouldRefuse, Message: msg})
+	m.o.Node.Event(v1.EventTypeWarning, nodepatch.ReasonKubeletWouldRefuse, msg)
 	return a
 }
 
@@ -442,23 +757,23 @@ func (m *Remedier) needsPerson(a Attempt, next string) Attempt {
 		}
 	}
 	a.Err = errors.New(strings.Join(why, "; "))
-	msg := fmt.Sprintf("the kubelet was not restarted: %s; what to do: %s; next check not before %s",
+	msg := fmt.Sprintf("the kubelet was not restarted: %s; what to do: %s; next check when the machine or the kubelet's configuration changes, not before %s",
 		strings.Join(why, "; "), strings.Join(todo, "; "), next)
 	m.o.Node.SetNote(nodepatch.Note{Reason: nodepatch.ReasonNeedsDrain, Message: msg})
 	m.o.Node.Event(v1.EventTypeWarning, nodepatch.ReasonNeedsDrain, msg)
 	return a
 }
 
-// planOnly handles a dry run, and a repair that needs a person, before
-// anything is touched.
-func (m *Remedier) planOnly(plan Plan, dry preflight.Report, next string) Attempt {
-	a := Attempt{Report: dry}
-	if dry.NeedsPerson() {
-		return m.needsPerson(a, next)
+// planOnly handles a dry run before anything is touched.
+func (m *Remedier) planOnly(plan Plan, a Attempt) Attempt {
+	if a.Report.NeedsPerson() {
+		a.Outcome = OutcomeNeedsPerson
+		m.log.Info("dry run: would not restart the kubelet: a state file needs a person", zap.String("state_files", oneLine(a.Report)))
+		return a
 	}
 	a.Outcome = OutcomeDryRun
 	m.log.Info("dry run: would restart the kubelet", zap.String("via", m.o.Control.String()),
-		zap.Stringer("drift", plan.Drift), zap.String("state_files", oneLine(dry)))
+		zap.Stringer("drift", plan.Drift), zap.String("state_files", oneLine(a.Report)))
 	return a
 }
 

@@ -14,12 +14,15 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
+	"github.com/hotplugd/hotplugd/pkg/kubeletwatch"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 	"github.com/hotplugd/hotplugd/pkg/preflight"
+	"github.com/hotplugd/hotplugd/pkg/statefile"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
@@ -60,6 +63,14 @@ func (f *fakeNode) setDrift(d nodepatch.Drift) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.st.Drift = d
+	close(f.ch)
+	f.ch = make(chan struct{})
+}
+
+func (f *fakeNode) setPrediction(p nodepatch.Prediction) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.st.Prediction = &p
 	close(f.ch)
 	f.ch = make(chan struct{})
 }
@@ -135,11 +146,47 @@ type rig struct {
 	mu      sync.Mutex
 	isBusy  bool
 	state   string // cpu_manager_state path
+	facts   *fixedKubelet
+	journal *Journal
+	stop    func()
+	old     string // the state file before the test's change
+}
+
+// fixedKubelet is a kubelet that never changes.
+type fixedKubelet struct {
+	mu       sync.Mutex
+	f        *kubeletwatch.Facts
+	refreshs int
+}
+
+func (k *fixedKubelet) Current() *kubeletwatch.Facts {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.f
+}
+
+func (k *fixedKubelet) Refresh(context.Context) *kubeletwatch.Facts {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.refreshs++
+	return k.f
 }
 
 // newRig: a 16-CPU machine, a static-policy kubelet whose state file was
 // written for 8 CPUs (the CPU-upgrade incident), drift cpu 8 -> 16.
 func newRig(t *testing.T, cpus int, change func(*Options)) *rig {
+	t.Helper()
+	return newRigWith(t, cpus, nil, nil, change)
+}
+
+// newRigWithJournal is newRig with journal j; prepare sees the rig before
+// the remedier runs.
+func newRigWithJournal(t *testing.T, cpus int, j *Journal, prepare func(*rig)) *rig {
+	t.Helper()
+	return newRigWith(t, cpus, j, prepare, nil)
+}
+
+func newRigWith(t *testing.T, cpus int, j *Journal, prepare func(*rig), change func(*Options)) *rig {
 	t.Helper()
 	root := t.TempDir()
 	if err := fixturegen.OneNode(cpus, 8<<20, 0).WriteDir(root); err != nil {
@@ -160,11 +207,25 @@ func newRig(t *testing.T, cpus int, change func(*Options)) *rig {
 		t.Fatal(err)
 	}
 	r := &rig{t: t, clock: testingclock.NewFakeClock(time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)), state: state}
+	if r.journal = j; j == nil {
+		if r.journal, err = OpenJournal(t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	r.node = newFakeNode(cpuDrift)
 	r.kubelet = &fakeKubelet{node: r.node, fixes: true, path: state}
+	r.facts = &fixedKubelet{f: &kubeletwatch.Facts{
+		Kubelet:  &kubeletconfig.Kubelet{Config: cfg, RootDir: kubeletRoot, Cmdline: []string{"--config", "test"}},
+		Version:  kubeletversion.MustParse("v1.36.3"),
+		Release:  kubeletversion.ByMinor(36),
+		StateDir: kubeletRoot,
+	}}
+	if prepare != nil {
+		prepare(r)
+	}
 	o := Options{
 		Mode: ModeRestartKubelet, Settle: 3 * time.Second, Interval: 10 * time.Minute, Timeout: 300 * time.Millisecond,
-		RootDir: kubeletRoot, Config: cfg, Release: kubeletversion.ByMinor(36),
+		Kubelet: r.facts, Journal: r.journal,
 		Control: r.kubelet, Node: r.node, Snapshot: fs.Snapshot,
 		Busy:  func() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.isBusy },
 		Clock: r.clock,
@@ -175,16 +236,25 @@ func newRig(t *testing.T, cpus int, change func(*Options)) *rig {
 	if r.m, err = New(o); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- r.m.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	r.run()
 	return r
+}
+
+// run runs the remedier until the test ends or r.stop.
+func (r *rig) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.m.Run(ctx) }()
+	var once sync.Once
+	r.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				r.t.Error(err)
+			}
+		})
+	}
+	r.t.Cleanup(r.stop)
 }
 
 func (r *rig) setBusy(b bool) {
@@ -297,10 +367,15 @@ func TestVerificationFailureRollsBackAndIsRateLimited(t *testing.T) {
 	if len(notes) == 0 || notes[len(notes)-1].Reason != nodepatch.ReasonRemediationFailed || !strings.Contains(notes[len(notes)-1].Message, "rolled back") {
 		t.Errorf("condition note %+v", notes)
 	}
-	// The rate limit holds: nothing for 10 minutes, then one more try.
-	r.advance(9*time.Minute + 59*time.Second)
+	// Not repeated for the same machine and configuration, however long.
+	time.Sleep(20 * time.Millisecond)
+	r.clock.Step(time.Hour)
 	r.attempts(1)
-	r.advance(time.Second)
+	// A new prediction (the machine changed again) is tried once more,
+	// after the rate limit.
+	r.node.setPrediction(nodepatch.Prediction{Capacity: v1.ResourceList{v1.ResourceCPU: resource.MustParse("15")}})
+	r.m.Activity(r.clock.Now())
+	r.advance(3 * time.Second)
 	r.attempts(2)
 }
 
@@ -343,8 +418,17 @@ func TestDryRunChangesNothing(t *testing.T) {
 
 func TestReportOnly(t *testing.T) {
 	for name, change := range map[string]func(*Options){
-		"report mode":     func(o *Options) { o.Mode = ModeReport },
-		"in-place resize": func(o *Options) { o.InPlaceResize = true },
+		"report mode": func(o *Options) { o.Mode = ModeReport },
+		"kubelet of an unknown release": func(o *Options) {
+			f := *o.Kubelet.Current()
+			f.Release, f.Limits = nil, []string{"kubelet v1.38.0-alpha.0 is not a release hotplugd knows"}
+			o.Kubelet = &fixedKubelet{f: &f}
+		},
+		"state files out of reach": func(o *Options) {
+			f := *o.Kubelet.Current()
+			f.StateDir = ""
+			o.Kubelet = &fixedKubelet{f: &f}
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := newRig(t, 16, change)
@@ -369,10 +453,222 @@ func TestStopFailureStartsTheKubeletAgain(t *testing.T) {
 	if k.starts != 1 {
 		t.Errorf("%d starts after a failed stop, want 1", k.starts)
 	}
+	// The files are left alone: the kubelet may still run.
+	if a[0].Report.Results[0].Verdict != preflight.WouldRepair {
+		t.Errorf("the state file was touched after a failed stop: %+v", a[0].Report.Results[0])
+	}
 }
 
-type failingKubelet struct{ starts int }
+// TestStopAndStartFailureSaysBoth: the start error after a failed stop is
+// reported with it, not dropped (issue 11, point 5).
+func TestStopAndStartFailureSaysBoth(t *testing.T) {
+	k := &failingKubelet{startErr: errors.New("unit not found")}
+	r := newRig(t, 16, func(o *Options) { o.Control = k })
+	r.advance(3 * time.Second)
+	a := r.attempts(1)
+	if a[0].Outcome != OutcomeFailed || !strings.Contains(a[0].Err.Error(), "unit is masked") || !strings.Contains(a[0].Err.Error(), "unit not found") {
+		t.Fatalf("attempt error %v, want both the stop's and the start's", a[0].Err)
+	}
+}
+
+type failingKubelet struct {
+	starts   int
+	startErr error
+}
 
 func (k *failingKubelet) Stop(context.Context) error  { return errors.New("unit is masked") }
-func (k *failingKubelet) Start(context.Context) error { k.starts++; return nil }
+func (k *failingKubelet) Start(context.Context) error { k.starts++; return k.startErr }
 func (k *failingKubelet) String() string              { return "failing kubelet" }
+
+// TestSIGTERMAfterTheStopEndsWithTheKubeletRunning: hotplugd stopped (its
+// context cancelled) right after the kubelet's stop still repairs, starts
+// the kubelet and leaves the verification to the next hotplugd, which
+// finishes it (issue 11, point 4).
+func TestSIGTERMAfterTheStopEndsWithTheKubeletRunning(t *testing.T) {
+	stopped := make(chan struct{})
+	var r *rig
+	r = newRig(t, 16, func(o *Options) {
+		o.Control = &hookKubelet{fakeKubelet: r2k(o), onStop: func() { close(stopped) }}
+	})
+	r.advance(3 * time.Second)
+	<-stopped
+	r.stop() // SIGTERM: returns only once the kubelet was started
+	k := r.m.o.Control.(*hookKubelet)
+	if diff := cmp.Diff([]string{"stop", "start"}, k.Calls()); diff != "" {
+		t.Fatalf("kubelet calls (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(k.seen[0], `"defaultCpuSet":"0-1,6-15"`) {
+		t.Errorf("the kubelet started with %s", k.seen[0])
+	}
+	u := r.journal.Underway()
+	if u == nil || u.Phase != PhaseVerifying {
+		t.Fatalf("journal under way %+v, want the verification left to the next hotplugd", u)
+	}
+	// The next hotplugd verifies: no further stop, the remedy recorded.
+	j, err := OpenJournal(filepath.Dir(r.journal.Path()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, err := New(Options{Mode: ModeRestartKubelet, Settle: time.Second, Interval: 10 * time.Minute, Timeout: time.Second,
+		Kubelet: r.facts, Journal: j, Control: k, Node: r.node, Snapshot: r.m.o.Snapshot, Clock: r.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m2.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(m2.Attempts()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	if a := m2.Attempts(); len(a) != 1 || a[0].Outcome != OutcomeRemediated {
+		t.Fatalf("recovery attempts %+v", a)
+	}
+	if j.Underway() != nil {
+		t.Errorf("still under way: %+v", j.Underway())
+	}
+	if calls := k.Calls(); slices.Contains(calls[2:], "stop") {
+		t.Errorf("the recovery stopped the kubelet again: %v", calls)
+	}
+}
+
+// r2k builds the rig's fake kubelet for a Control replacement.
+func r2k(o *Options) *fakeKubelet { return o.Control.(*fakeKubelet) }
+
+// hookKubelet calls onStop after each stop.
+type hookKubelet struct {
+	*fakeKubelet
+	onStop func()
+}
+
+func (k *hookKubelet) Stop(ctx context.Context) error {
+	err := k.fakeKubelet.Stop(ctx)
+	if k.onStop != nil {
+		k.onStop()
+		k.onStop = nil
+	}
+	return err
+}
+
+// TestRecoverEachPhase: a journal left under way at each phase (hotplugd
+// killed there) is finished by the next hotplugd before anything else: the
+// kubelet ends up started on valid state files, the remedy recorded.
+func TestRecoverEachPhase(t *testing.T) {
+	for _, tt := range []struct {
+		phase     Phase
+		repaired  bool // the state file was already rewritten
+		wantCalls []string
+		wantOut   Outcome
+	}{
+		{PhaseStopping, false, []string{"stop", "start"}, OutcomeRemediated},
+		{PhaseRepairing, false, []string{"stop", "start"}, OutcomeRemediated},
+		{PhaseRepairing, true, []string{"stop", "start"}, OutcomeRemediated},
+		{PhaseStarting, true, []string{"stop", "start"}, OutcomeRemediated},
+		{PhaseVerifying, true, []string{"start"}, OutcomeRemediated},
+		{PhaseRollingBack, true, []string{"stop", "start"}, OutcomeFailed},
+	} {
+		name := string(tt.phase)
+		if tt.repaired {
+			name += ", file rewritten"
+		}
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			j, err := OpenJournal(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r *rig
+			r = newRigWithJournal(t, 16, j, func(r2 *rig) {
+				r = r2
+				at := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
+				backup := statefile.BackupPath(r.state, at)
+				old, _ := os.ReadFile(r.state)
+				if tt.repaired {
+					// As the killed hotplugd left it: the backup, the new file.
+					b, err := statefile.Write(r.state, []byte(fixedState16), at)
+					if err != nil || b != backup {
+						t.Fatal(b, err)
+					}
+				}
+				if err := j.Begin(Underway{Key: "k", Phase: tt.phase, Start: at, Files: []FileBackup{{Path: r.state, Backup: backup}}}); err != nil {
+					t.Fatal(err)
+				}
+				r.old = string(old)
+				// The kubelet reports the machine again only after a start.
+				r.node.setDrift(cpuDrift)
+			})
+			a := r.attempts(1)
+			if a[0].Outcome != tt.wantOut {
+				t.Fatalf("outcome %s (%v), want %s", a[0].Outcome, a[0].Err, tt.wantOut)
+			}
+			if diff := cmp.Diff(tt.wantCalls, r.kubelet.Calls()); diff != "" {
+				t.Errorf("kubelet calls (-want +got):\n%s", diff)
+			}
+			got, _ := os.ReadFile(r.state)
+			switch tt.wantOut {
+			case OutcomeRemediated:
+				if !strings.Contains(string(got), `"defaultCpuSet":"0-1,6-15"`) {
+					t.Errorf("state file after recovery:\n%s", got)
+				}
+			case OutcomeFailed:
+				if string(got) != r.old {
+					t.Errorf("state file not rolled back:\n%s", got)
+				}
+			}
+			if j.Underway() != nil {
+				t.Errorf("still under way: %+v", j.Underway())
+			}
+		})
+	}
+}
+
+// fixedState16 is c03 repaired for 16 CPUs, as the remedy writes it.
+const fixedState16 = `{"policyName":"static","defaultCpuSet":"0-1,6-15","entries":{"pod-a":{"c1":"2-3"},"pod-b":{"c2":"4-5"}},"checksum":0}`
+
+// TestMalformedHealthzURLFailsCleanly: a healthz URL that cannot make a
+// request is an error of the verification, not a panic (issue 11, point 5).
+func TestMalformedHealthzURLFailsCleanly(t *testing.T) {
+	r := newRig(t, 16, func(o *Options) {
+		f := *o.Kubelet.Current()
+		k := *f.Kubelet
+		k.HealthzURL = "http://[::1:10248/healthz"
+		f.Kubelet = &k
+		o.Kubelet = &fixedKubelet{f: &f}
+	})
+	r.advance(3 * time.Second)
+	a := r.attempts(1)
+	if a[0].Outcome != OutcomeFailed || !strings.Contains(a[0].Err.Error(), "healthz URL") {
+		t.Fatalf("attempt %+v", a[0])
+	}
+}
+
+// TestFailedAttemptSurvivesRestarts: a failed remedy is not tried again by
+// a new hotplugd with the same journal (a crash loop restarts nothing).
+func TestFailedAttemptSurvivesRestarts(t *testing.T) {
+	j, err := OpenJournal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRigWithJournal(t, 16, j, func(r *rig) { r.kubelet.fixes = false })
+	r.advance(3 * time.Second)
+	if a := r.attempts(1); a[0].Outcome != OutcomeFailed {
+		t.Fatalf("outcome %s", a[0].Outcome)
+	}
+	r.stop()
+	for i := range 3 {
+		j2, err := OpenJournal(filepath.Dir(j.Path()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2 := newRigWithJournal(t, 16, j2, func(r2 *rig) { r2.kubelet.fixes = false; r2.facts = r.facts })
+		r2.clock.Step(time.Hour * time.Duration(i+1))
+		time.Sleep(20 * time.Millisecond)
+		r2.attempts(0)
+		if calls := r2.kubelet.Calls(); len(calls) != 0 {
+			t.Errorf("hotplugd restart %d touched the kubelet: %v", i+1, calls)
+		}
+		r2.stop()
+	}
+}

@@ -223,3 +223,13 @@ func syncDir(dir string) error {
 	defer d.Close()
 	return d.Sync()
 }
+
+// Replace atomically and durably replaces (or creates, mode 0600) the file
+// at path with data, keeping no backup: for hotplugd's own records, whose
+// previous contents are superseded by the new ones.
+func Replace(path string, data []byte) error {
+	if _, err := writeDurably(filepath.Dir(path), path, data, 0o600, true); err != nil {
+		return fmt.Errorf("statefile: replace %s: %w", path, err)
+	}
+	return nil
+}

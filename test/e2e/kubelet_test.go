@@ -37,6 +37,10 @@ type kubelet struct {
 	dir     string
 	RootDir string
 	Config  string
+	// Args is the kubelet's command line as the start script runs it, the
+	// binary first: what a unit's ExecStart gives it, and what
+	// `hotplugd preflight --` is given.
+	Args []string
 	// StartScript and StopScript are the scripts' paths.
 	StartScript, StopScript string
 	log, calls, pidFile     string
@@ -97,8 +101,7 @@ fi
 now=$(date +%s%N)
 echo "start $now" >>{{q .Calls}}
 echo "==== e2e: start $now" >>{{q .Log}}
-setsid {{q .Kubelet}} --kubeconfig={{q .Kubeconfig}} --config={{q .Config}} {{q .RootDirArg}} \
-	--cert-dir={{q .CertDir}} --hostname-override={{q .Node}} </dev/null >>{{q .Log}} 2>&1 &
+setsid{{range .Args}} {{q .}}{{end}} </dev/null >>{{q .Log}} 2>&1 &
 echo $! >{{q .PIDFile}}
 `
 
@@ -127,6 +130,25 @@ done
 // stopped and the host restored (also on SIGINT).
 func startKubelet(t *testing.T, s *suite, extraConfig string) *kubelet {
 	t.Helper()
+	return startKubeletWith(t, s, kubeletSpec{Config: extraConfig})
+}
+
+// kubeletSpec is how startKubeletWith starts a kubelet.
+type kubeletSpec struct {
+	// Config is YAML lines added to its configuration file.
+	Config string
+	// RootDir is its --root-dir; "" for a directory of its own. One of
+	// the test's choosing must be under the run's directory (removed when
+	// the run is cut short); it is created, and removed when t ends.
+	RootDir string
+	// Flags are added to its command line, after the harness's own.
+	Flags []string
+}
+
+// startKubeletWith is startKubelet with the kubelet's root directory and
+// extra command-line flags of the test's choosing.
+func startKubeletWith(t *testing.T, s *suite, spec kubeletSpec) *kubelet {
+	t.Helper()
 	deleteNode(t, s)
 	// Under the run's directory (not t.TempDir): removed even when the run
 	// is cut short.
@@ -140,6 +162,15 @@ func startKubelet(t *testing.T, s *suite, extraConfig string) *kubelet {
 		StartScript: filepath.Join(dir, "start-kubelet.sh"), StopScript: filepath.Join(dir, "stop-kubelet.sh"),
 		log: filepath.Join(dir, "kubelet.log"), calls: filepath.Join(dir, "calls"), pidFile: filepath.Join(dir, "kubelet.pid"),
 	}
+	if spec.RootDir != "" {
+		if !strings.HasPrefix(spec.RootDir, s.dir+"/") {
+			t.Fatalf("root directory %s is not under the run's directory %s", spec.RootDir, s.dir)
+		}
+		k.RootDir = filepath.Clean(spec.RootDir)
+		t.Cleanup(func() { os.RemoveAll(k.RootDir) }) // after the host restore (the unmount)
+	}
+	k.Args = append([]string{s.kubeletBin, "--kubeconfig=" + s.kubeconfig, "--config=" + k.Config, k.rootDirArg(),
+		"--cert-dir=" + filepath.Join(dir, "pki"), "--hostname-override=" + nodeName}, spec.Flags...)
 	for _, d := range []string{k.RootDir, filepath.Join(dir, "pki"), filepath.Join(dir, "pod-logs"), filepath.Join(dir, "volume-plugins")} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			t.Fatal(err)
@@ -148,9 +179,8 @@ func startKubelet(t *testing.T, s *suite, extraConfig string) *kubelet {
 	ports := freePorts(t, 2)
 	k.healthz = fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[1])
 	data := map[string]any{
-		"Socket": s.containerd.Socket, "Port": ports[0], "HealthzPort": ports[1], "Dir": dir, "Extra": extraConfig,
-		"Kubelet": s.kubeletBin, "Kubeconfig": s.kubeconfig, "Config": k.Config, "RootDirArg": k.rootDirArg(),
-		"CertDir": filepath.Join(dir, "pki"), "Node": nodeName, "Log": k.log, "Calls": k.calls, "PIDFile": k.pidFile,
+		"Socket": s.containerd.Socket, "Port": ports[0], "HealthzPort": ports[1], "Dir": dir, "Extra": spec.Config,
+		"Args": k.Args, "RootDirArg": k.rootDirArg(), "Log": k.log, "Calls": k.calls, "PIDFile": k.pidFile,
 		"NoStart": s.noStart,
 	}
 	writeTemplate(t, k.Config, kubeletConfig, data, 0o644)

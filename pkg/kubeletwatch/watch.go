@@ -1,0 +1,436 @@
+package kubeletwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.uber.org/zap"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/clock"
+
+	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
+)
+
+// Facts are what hotplugd knows about the kubelet at one moment.
+type Facts struct {
+	// Kubelet is the discovered kubelet (its effective configuration,
+	// root dir, health endpoint); nil when none was found.
+	Kubelet *kubeletconfig.Kubelet
+	// Start is the kubelet process's start time (clock ticks since boot,
+	// /proc/<pid>/stat), 0 without a process.
+	Start uint64
+	// Version is the kubelet's version as found (zero when none was), and
+	// VersionFrom says from where.
+	Version     kubeletversion.Version
+	VersionFrom string
+	// Release is the release row hotplugd predicts and repairs by; nil
+	// when the version is unknown.
+	Release *kubeletversion.Release
+	// StateDir is the kubelet's root dir as hotplugd reaches it; "" when it
+	// cannot (then no remedy).
+	StateDir string
+	// ConfigChanged is true when a configuration file was written after
+	// the kubelet process started: the running kubelet does not use what
+	// is on disk, so its allocatable cannot be predicted from it.
+	ConfigChanged bool
+	// Limits say why the facts are narrower than usual, for the log and
+	// the Node's condition: no kubelet, an unknown version, a root dir
+	// hotplugd cannot reach, a configuration edited since the start.
+	Limits []string
+	// Err is the discovery's error, when it failed (then Kubelet is nil).
+	Err error
+}
+
+// Config is the kubelet's effective configuration when allocatable can be
+// predicted from it (a kubelet of a known release whose configuration on
+// disk is the one it runs with), else nil: capacity only.
+func (f *Facts) Config() *kubeletv1beta1.KubeletConfiguration {
+	if f == nil || f.Kubelet == nil || f.Release == nil || f.ConfigChanged {
+		return nil
+	}
+	return f.Kubelet.Config
+}
+
+// Remediable reports whether the kubelet may be restarted with repaired
+// state files: known, of a known release, its state files reachable. Why
+// not is in Limits.
+func (f *Facts) Remediable() bool {
+	return f != nil && f.Kubelet != nil && f.Release != nil && f.StateDir != ""
+}
+
+// Limit joins Limits for a message ("" when none).
+func (f *Facts) Limit() string {
+	if f == nil {
+		return ""
+	}
+	return strings.Join(f.Limits, "; ")
+}
+
+// Fingerprint identifies the kubelet's start-up behavior: the same
+// fingerprint, the same kubelet configuration and release. "" without a
+// kubelet.
+func (f *Facts) Fingerprint() string {
+	if f == nil || f.Kubelet == nil {
+		return ""
+	}
+	rel := "unknown"
+	if f.Release != nil {
+		rel = f.Version.String()
+	}
+	return f.Kubelet.Fingerprint() + "/" + rel
+}
+
+// same reports whether two facts describe the same kubelet the same way.
+func same(a, b *Facts) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Fingerprint() == b.Fingerprint() && a.Start == b.Start && a.StateDir == b.StateDir &&
+		a.ConfigChanged == b.ConfigChanged && slices.Equal(a.Limits, b.Limits)
+}
+
+// Options configure a Watcher.
+type Options struct {
+	// ProcRoot is where the kubelet process is looked for (/proc, or
+	// /host/proc in a pod).
+	ProcRoot string
+	// Args are kubelet arguments given by the operator (--kubelet-config
+	// becomes ["--config", path]); nil: discover the running kubelet.
+	Args []string
+	// RootDir overrides the kubelet's root dir (--kubelet-root-dir).
+	RootDir string
+	// Version states the kubelet's version (--kubelet-version).
+	Version string
+	// NodeVersion returns the Node's status.nodeInfo.kubeletVersion, the
+	// last resort for the version; nil: not asked.
+	NodeVersion func(ctx context.Context) (string, error)
+	// Poll is how often the kubelet process is checked (default 5s).
+	Poll time.Duration
+	Log  *zap.Logger
+	// Clock is for tests; nil: the real clock.
+	Clock clock.WithTicker
+}
+
+// Watcher follows the kubelet. Create it with New, run it with Run.
+type Watcher struct {
+	o   Options
+	log *zap.Logger
+
+	refreshMu sync.Mutex // one discovery at a time
+
+	mu      sync.Mutex
+	current *Facts
+	changed chan struct{}
+	// version cache: the binary is run once per process.
+	versionPID   int
+	versionStart uint64
+	version      kubeletversion.Version
+	versionFrom  string
+	versionErr   error
+	logged       string
+}
+
+// New returns a Watcher; nothing is discovered before Refresh or Run.
+func New(o Options) *Watcher {
+	if o.Poll <= 0 {
+		o.Poll = 5 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return &Watcher{o: o, log: o.Log.Named("kubeletwatch"), changed: make(chan struct{})}
+}
+
+// Current returns the facts last discovered (nil before the first).
+func (w *Watcher) Current() *Facts {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.current
+}
+
+// Changed returns a channel closed at the next change of the facts.
+func (w *Watcher) Changed() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed
+}
+
+// Refresh discovers the kubelet now, publishes the facts when they changed,
+// and returns them. It never fails: a kubelet that cannot be discovered is
+// facts with Err and Limits set.
+func (w *Watcher) Refresh(ctx context.Context) *Facts {
+	w.refreshMu.Lock()
+	defer w.refreshMu.Unlock()
+	f := w.discover(ctx)
+	w.mu.Lock()
+	changed := !same(w.current, f)
+	if changed {
+		w.current = f
+		close(w.changed)
+		w.changed = make(chan struct{})
+	}
+	w.mu.Unlock()
+	if changed {
+		w.logFacts(f)
+	}
+	return f
+}
+
+func (w *Watcher) logFacts(f *Facts) {
+	switch {
+	case f.Kubelet == nil:
+		w.log.Warn("no kubelet: predicting capacity only, no remedy; looking again every poll", zap.Error(f.Err),
+			zap.Duration("poll", w.o.Poll))
+	default:
+		fields := []zap.Field{zap.Int("pid", f.Kubelet.PID), zap.String("config", f.Kubelet.ConfigPath),
+			zap.String("config_dir", f.Kubelet.ConfigDir), zap.String("root_dir", f.Kubelet.RootDir),
+			zap.String("state_dir", f.StateDir), zap.String("healthz", f.Kubelet.HealthzURL),
+			zap.String("version", f.Version.String()), zap.String("version_from", f.VersionFrom)}
+		if len(f.Limits) > 0 {
+			w.log.Warn("kubelet found, with limits", append(fields, zap.Strings("limits", f.Limits))...)
+		} else {
+			w.log.Info("kubelet found", fields...)
+		}
+	}
+}
+
+// discover builds the facts from scratch.
+func (w *Watcher) discover(ctx context.Context) *Facts {
+	f := &Facts{}
+	var k *kubeletconfig.Kubelet
+	var err error
+	if w.o.Args != nil {
+		k, err = kubeletconfig.FromArgs(w.o.Args, "/")
+	} else {
+		k, err = kubeletconfig.Discover(w.o.ProcRoot)
+	}
+	if err != nil {
+		f.Err = err
+		if errors.Is(err, kubeletconfig.ErrNotFound) {
+			f.Limits = append(f.Limits, "no kubelet running yet: capacity only")
+		} else {
+			f.Limits = append(f.Limits, "the kubelet's configuration cannot be read: capacity only ("+err.Error()+")")
+		}
+		// The version may still come from the Node, for the log.
+		return f
+	}
+	f.Kubelet = k
+	if k.PID != 0 {
+		if f.Start, err = kubeletconfig.ProcessStart(w.o.ProcRoot, k.PID); err != nil {
+			w.log.Debug("kubelet start time", zap.Error(err))
+		}
+	}
+	if w.o.RootDir != "" {
+		k.RootDir = w.o.RootDir
+	}
+	var v kubeletversion.Version
+	v, f.VersionFrom, err = w.versionOf(ctx, k.PID, f.Start)
+	w.release(f, v, err)
+	if w.o.RootDir != "" {
+		f.StateDir = w.o.RootDir
+	} else if f.StateDir, err = k.StateDir(); err != nil {
+		f.StateDir = ""
+		f.Limits = append(f.Limits, "no remedy: "+err.Error())
+	}
+	if k.PID != 0 && f.Start != 0 {
+		if newer, file := w.newerThanProcess(k, f.Start); newer {
+			f.ConfigChanged = true
+			f.Limits = append(f.Limits, "the kubelet's configuration "+file+" changed after the kubelet started: allocatable is compared again after its next start")
+		}
+	}
+	return f
+}
+
+// release sets f's version and release row from versionOf's result, and
+// the limit when there is none.
+func (w *Watcher) release(f *Facts, v kubeletversion.Version, err error) {
+	f.Version = v
+	if err != nil {
+		f.Limits = append(f.Limits, "capacity only, no remedy: the kubelet's version is unknown ("+err.Error()+")")
+		return
+	}
+	if f.Release, err = kubeletversion.Lookup(v); err != nil {
+		f.Limits = append(f.Limits, fmt.Sprintf("capacity only, no remedy: kubelet %s is not a release hotplugd knows (it knows %s)", v, kubeletversion.Known()))
+	}
+}
+
+// versionOf finds the kubelet's version: --kubelet-version, else the
+// process's binary (once per process), else the Node.
+func (w *Watcher) versionOf(ctx context.Context, pid int, start uint64) (kubeletversion.Version, string, error) {
+	if w.o.Version != "" {
+		v, err := kubeletversion.Parse(w.o.Version)
+		return v, "--kubelet-version", err
+	}
+	var why []string
+	if pid != 0 {
+		w.mu.Lock()
+		cached := w.versionPID == pid && w.versionStart == start
+		v, from, err := w.version, w.versionFrom, w.versionErr
+		w.mu.Unlock()
+		if !cached {
+			tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			v, err = kubeletversion.FromProcess(tctx, w.o.ProcRoot, pid)
+			cancel()
+			from = "the kubelet's binary"
+			w.mu.Lock()
+			w.versionPID, w.versionStart, w.version, w.versionFrom, w.versionErr = pid, start, v, from, err
+			w.mu.Unlock()
+		}
+		if err == nil {
+			return v, from, nil
+		}
+		why = append(why, err.Error())
+	}
+	if w.o.NodeVersion != nil {
+		tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		s, err := w.o.NodeVersion(tctx)
+		cancel()
+		switch {
+		case err != nil:
+			why = append(why, err.Error())
+		case s == "":
+			why = append(why, "the Node reports no kubeletVersion")
+		default:
+			v, err := kubeletversion.Parse(s)
+			if err == nil {
+				return v, "the Node's status.nodeInfo.kubeletVersion", nil
+			}
+			why = append(why, err.Error())
+		}
+	}
+	if len(why) == 0 {
+		why = append(why, "no kubelet process and no Node to ask")
+	}
+	return kubeletversion.Version{}, "", errors.New(strings.Join(why, "; "))
+}
+
+// newerThanProcess reports whether a configuration file was modified after
+// the kubelet process started: start (clock ticks after boot, USER_HZ 100
+// on Linux) plus the boot time (btime of /proc/stat).
+func (w *Watcher) newerThanProcess(k *kubeletconfig.Kubelet, start uint64) (bool, string) {
+	boot, err := bootTime(w.o.ProcRoot)
+	if err != nil {
+		w.log.Debug("boot time", zap.Error(err))
+		return false, ""
+	}
+	started := boot.Add(time.Duration(start) * (time.Second / userHZ))
+	for _, p := range k.Files {
+		fi, err := os.Stat(p)
+		// A clock tick of slack: a file written just before the start.
+		if err == nil && fi.ModTime().After(started.Add(time.Second/userHZ)) {
+			return true, p
+		}
+	}
+	return false, ""
+}
+
+// userHZ is the unit of /proc/<pid>/stat's times (sysconf(_SC_CLK_TCK),
+// 100 on every Linux architecture).
+const userHZ = 100
+
+// bootTime is btime from <procRoot>/stat.
+func bootTime(procRoot string) (time.Time, error) {
+	b, err := os.ReadFile(filepath.Join(procRoot, "stat"))
+	if err != nil {
+		return time.Time{}, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			var sec int64
+			if _, err := fmt.Sscan(strings.TrimSpace(v), &sec); err != nil {
+				return time.Time{}, fmt.Errorf("btime in %s: %w", filepath.Join(procRoot, "stat"), err)
+			}
+			return time.Unix(sec, 0), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("no btime in %s", filepath.Join(procRoot, "stat"))
+}
+
+// Run discovers the kubelet, then follows it until ctx is done: a poll
+// every Options.Poll checks that the kubelet process it knows still runs
+// (one stat file) or, with none known, looks for one; inotify on the
+// configuration files and directories reports their writes.
+func (w *Watcher) Run(ctx context.Context) error {
+	f := w.Refresh(ctx)
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("kubeletwatch: %w", err)
+	}
+	defer fw.Close()
+	watched := map[string]bool{}
+	files := map[string]bool{}
+	watch := func(f *Facts) {
+		clear(files)
+		if f.Kubelet == nil {
+			return
+		}
+		for _, p := range f.Kubelet.Files {
+			files[filepath.Clean(p)] = true
+			dir := filepath.Dir(p)
+			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+				dir = p
+			}
+			if !watched[dir] {
+				if err := fw.Add(dir); err != nil {
+					w.log.Debug("cannot watch", zap.String("dir", dir), zap.Error(err))
+					continue
+				}
+				watched[dir] = true
+			}
+		}
+	}
+	watch(f)
+	t := w.o.Clock.NewTicker(w.o.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+			if !w.stillRunning(f) {
+				f = w.Refresh(ctx)
+				watch(f)
+			}
+		case ev, ok := <-fw.Events:
+			if !ok {
+				return nil
+			}
+			if files[filepath.Clean(ev.Name)] || files[filepath.Dir(ev.Name)] {
+				w.log.Debug("kubelet configuration written", zap.String("file", ev.Name), zap.Stringer("op", ev.Op))
+				f = w.Refresh(ctx)
+				watch(f)
+			}
+		case err, ok := <-fw.Errors:
+			if !ok {
+				return nil
+			}
+			w.log.Warn("watching the kubelet's configuration failed; the poll still finds a new kubelet", zap.Error(err))
+		}
+	}
+}
+
+// stillRunning reports whether the kubelet process of f is still the one
+// running; without a process (no kubelet, or --kubelet-config) it is false
+// when there is no kubelet, so the poll looks again.
+func (w *Watcher) stillRunning(f *Facts) bool {
+	switch {
+	case f == nil || f.Kubelet == nil:
+		return false
+	case f.Kubelet.PID == 0:
+		return true // given by the operator: the files are watched
+	}
+	start, err := kubeletconfig.ProcessStart(w.o.ProcRoot, f.Kubelet.PID)
+	return err == nil && start == f.Start
+}

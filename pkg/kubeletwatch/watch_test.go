@@ -1,0 +1,248 @@
+package kubeletwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// fakeProc is a procfs with a boot time 1000 s ago.
+type fakeProc struct {
+	t    *testing.T
+	root string
+	boot time.Time
+}
+
+func newFakeProc(t *testing.T) *fakeProc {
+	p := &fakeProc{t: t, root: filepath.Join(t.TempDir(), "proc"), boot: time.Now().Add(-1000 * time.Second).Truncate(time.Second)}
+	p.write("stat", fmt.Sprintf("cpu  1 2 3 4\nbtime %d\nprocesses 9\n", p.boot.Unix()))
+	// A process that is not a kubelet.
+	p.process(1, time.Now(), "/sbin/init")
+	return p
+}
+
+func (p *fakeProc) write(name, body string) {
+	p.t.Helper()
+	path := filepath.Join(p.root, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// process adds a process started at started with argv; its root is "/".
+func (p *fakeProc) process(pid int, started time.Time, argv ...string) {
+	p.t.Helper()
+	ticks := started.Sub(p.boot) / (time.Second / userHZ)
+	p.write(fmt.Sprintf("%d/cmdline", pid), strings.Join(argv, "\x00")+"\x00")
+	p.write(fmt.Sprintf("%d/stat", pid), fmt.Sprintf("%d (%s) S%s %d 0 0\n", pid, filepath.Base(argv[0]), strings.Repeat(" 1", 18), ticks))
+	for name, target := range map[string]string{"root": "/", "cwd": "/"} {
+		if err := os.Symlink(target, filepath.Join(p.root, fmt.Sprint(pid), name)); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+}
+
+func (p *fakeProc) exit(pid int) {
+	if err := os.RemoveAll(filepath.Join(p.root, fmt.Sprint(pid))); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+const cfgHead = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+
+// waitChange waits for ch, stepping the fake clock by poll when the
+// watcher waits on it.
+func waitChange(t *testing.T, ch <-chan struct{}, clk *testingclock.FakeClock, poll time.Duration) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	stepped := false
+	for {
+		select {
+		case <-ch:
+			return
+		case <-deadline:
+			t.Fatal("the facts did not change")
+		case <-time.After(5 * time.Millisecond):
+			if !stepped && poll > 0 && clk.HasWaiters() {
+				clk.Step(poll)
+				stepped = true
+			}
+		}
+	}
+}
+
+// TestFollowsTheKubelet: no kubelet yet is "look again", a kubelet that
+// starts later is found at the next poll, a write to its configuration is
+// seen at once (and marks the running kubelet's allocatable as unknown), and
+// a kubelet restarted by someone else with that configuration is the new
+// kubelet, whose configuration is predicted again (issue 11, point 2).
+func TestFollowsTheKubelet(t *testing.T) {
+	proc := newFakeProc(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte(cfgHead+"systemReserved:\n  cpu: 100m\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(cfg, old, old); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "root")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	clk := testingclock.NewFakeClock(time.Now())
+	const poll = 5 * time.Second
+	w := New(Options{ProcRoot: proc.root, Version: "v1.36.3", Poll: poll, Log: zaptest.NewLogger(t), Clock: clk})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ch := w.Changed()
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	// 1. No kubelet yet.
+	waitChange(t, ch, clk, 0)
+	f := w.Current()
+	if f.Kubelet != nil || !strings.Contains(f.Limit(), "no kubelet running yet") || f.Config() != nil || f.Remediable() {
+		t.Fatalf("before any kubelet: %+v", f)
+	}
+
+	// 2. It starts: found at the next poll.
+	ch = w.Changed()
+	proc.process(100, time.Now().Add(-time.Second), "/usr/bin/kubelet", "--config", cfg, "--root-dir", root)
+	waitChange(t, ch, clk, poll)
+	f = w.Current()
+	if f.Kubelet == nil || f.Kubelet.PID != 100 || f.Release == nil || f.Release.Minor != 36 || !f.Remediable() || f.ConfigChanged {
+		t.Fatalf("kubelet 100: %+v (limits %q)", f, f.Limit())
+	}
+	if got := f.Config().SystemReserved["cpu"]; got != "100m" {
+		t.Errorf("systemReserved cpu %q, want 100m", got)
+	}
+	first := f.Fingerprint()
+
+	// 3. The operator raises systemReserved: seen through inotify, no
+	// poll needed. The running kubelet still uses the old value.
+	ch = w.Changed()
+	if err := os.WriteFile(cfg, []byte(cfgHead+"systemReserved:\n  cpu: 500m\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitChange(t, ch, clk, 0)
+	f = w.Current()
+	if !f.ConfigChanged || f.Config() != nil || f.Fingerprint() == first || !strings.Contains(f.Limit(), "changed after the kubelet started") {
+		t.Fatalf("after the edit: ConfigChanged %v, limits %q", f.ConfigChanged, f.Limit())
+	}
+
+	// 4. ...and restarts the kubelet: a new process, the new configuration.
+	ch = w.Changed()
+	proc.exit(100)
+	proc.process(200, time.Now().Add(2*time.Second), "/usr/bin/kubelet", "--config", cfg, "--root-dir", root)
+	waitChange(t, ch, clk, poll)
+	f = w.Current()
+	if f.Kubelet == nil || f.Kubelet.PID != 200 || f.ConfigChanged || f.Config() == nil {
+		t.Fatalf("kubelet 200: %+v (limits %q)", f, f.Limit())
+	}
+	if got := f.Config().SystemReserved["cpu"]; got != "500m" {
+		t.Errorf("systemReserved cpu %q after the restart, want 500m", got)
+	}
+
+	// 5. It stops: "look again", not a permanent downgrade.
+	ch = w.Changed()
+	proc.exit(200)
+	waitChange(t, ch, clk, poll)
+	if f = w.Current(); f.Kubelet != nil || f.Remediable() {
+		t.Fatalf("after the kubelet exited: %+v", f)
+	}
+	ch = w.Changed()
+	proc.process(300, time.Now().Add(3*time.Second), "/usr/bin/kubelet", "--config", cfg, "--root-dir", root)
+	waitChange(t, ch, clk, poll)
+	if f = w.Current(); f.Kubelet == nil || f.Kubelet.PID != 300 {
+		t.Fatalf("kubelet 300 not found: %+v", f)
+	}
+}
+
+// TestIdlePollReadsOneFile: while the kubelet it knows runs, a poll
+// changes nothing and publishes nothing.
+func TestIdlePollPublishesNothing(t *testing.T) {
+	proc := newFakeProc(t)
+	proc.process(100, time.Now(), "/usr/bin/kubelet")
+	clk := testingclock.NewFakeClock(time.Now())
+	w := New(Options{ProcRoot: proc.root, Version: "v1.36.3", Poll: time.Second, Clock: clk})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ch := w.Changed()
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitChange(t, ch, clk, 0)
+	ch = w.Changed()
+	for range 5 {
+		for !clk.HasWaiters() {
+			time.Sleep(time.Millisecond)
+		}
+		clk.Step(time.Second)
+	}
+	select {
+	case <-ch:
+		t.Fatalf("facts published on an idle poll: %+v", w.Current())
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// TestVersionOf: which version the daemon predicts for: the flag, else the
+// kubelet's binary, else the Node; and a kubelet it does not know leaves it
+// capacity only, with the reason.
+func TestVersionOf(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kubelet")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho 'Kubernetes v1.34.4'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	proc := newFakeProc(t)
+	proc.process(7, time.Now(), bin)
+	if err := os.Symlink(bin, filepath.Join(proc.root, "7", "exe")); err != nil {
+		t.Fatal(err)
+	}
+	proc.process(8, time.Now(), "/nonexistent/kubelet")
+	node := func(v string, err error) func(context.Context) (string, error) {
+		return func(context.Context) (string, error) { return v, err }
+	}
+	for _, tt := range []struct {
+		name      string
+		flag      string
+		pid       int
+		node      func(context.Context) (string, error)
+		wantMinor int
+		wantLimit string
+	}{
+		{"the flag wins", "v1.37.2", 7, node("v1.36.3", nil), 37, ""},
+		{"the binary wins over the Node", "", 7, node("v1.36.3", nil), 34, ""},
+		{"the Node without a process", "", 0, node("v1.35.4", nil), 35, ""},
+		{"the Node when the binary cannot be read", "", 8, node("v1.36.3", nil), 36, ""},
+		{"a pre-release", "", 0, node("v1.38.0-alpha.0", nil), 0, "capacity only, no remedy: kubelet v1.38.0-alpha.0 is not a release hotplugd knows (it knows 1.34, 1.35, 1.36, 1.37)"},
+		{"too old", "v1.33.1", 7, nil, 0, "kubelet v1.33.1 is not a release hotplugd knows"},
+		{"nothing to tell", "", 0, node("", errors.New("reading Node n: not found")), 0, "capacity only, no remedy: the kubelet's version is unknown (reading Node n: not found)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := New(Options{ProcRoot: proc.root, Version: tt.flag, NodeVersion: tt.node})
+			f := &Facts{}
+			v, _, err := w.versionOf(context.Background(), tt.pid, 0)
+			w.release(f, v, err)
+			switch {
+			case tt.wantMinor == 0 && (f.Release != nil || !strings.Contains(f.Limit(), tt.wantLimit)):
+				t.Errorf("got %v, %q; want no release and %q", f.Release, f.Limit(), tt.wantLimit)
+			case tt.wantMinor != 0 && (f.Release == nil || f.Release.Minor != tt.wantMinor || f.Limit() != ""):
+				t.Errorf("got %v, %q; want 1.%d", f.Release, f.Limit(), tt.wantMinor)
+			}
+		})
+	}
+}

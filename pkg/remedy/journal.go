@@ -1,0 +1,199 @@
+package remedy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hotplugd/hotplugd/pkg/statefile"
+)
+
+// Phase is how far a remedy has gone.
+type Phase string
+
+// The phases of a remedy, in order. Each is written down before it starts.
+const (
+	// PhaseStopping: the kubelet is being stopped.
+	PhaseStopping Phase = "stopping"
+	// PhaseRepairing: the kubelet is stopped; the state files are being
+	// rewritten (backups at Repair.Backups).
+	PhaseRepairing Phase = "repairing"
+	// PhaseStarting: the kubelet is being started on the repaired files.
+	PhaseStarting Phase = "starting"
+	// PhaseVerifying: the kubelet was started; its healthz and the Node are
+	// being checked.
+	PhaseVerifying Phase = "verifying"
+	// PhaseRollingBack: the backups are being restored and the kubelet
+	// started as it was.
+	PhaseRollingBack Phase = "rolling back"
+)
+
+// Underway is a remedy in progress, as written down before each phase.
+type Underway struct {
+	// Key is the (prediction, kubelet configuration) the remedy is for.
+	Key   string    `json:"key"`
+	Phase Phase     `json:"phase"`
+	Start time.Time `json:"start"`
+	// Drift is the drift it remedies, for people.
+	Drift string `json:"drift"`
+	// Files are the state files to repair and their backups (the backup
+	// names are fixed before the write, so a write interrupted at any
+	// point can be undone).
+	Files []FileBackup `json:"files,omitempty"`
+}
+
+// FileBackup is one state file and where its old contents are kept.
+type FileBackup struct {
+	Path   string `json:"path"`
+	Backup string `json:"backup"`
+}
+
+// Entry is one finished attempt.
+type Entry struct {
+	Key     string    `json:"key"`
+	Start   time.Time `json:"start"`
+	Outcome Outcome   `json:"outcome"`
+	Why     string    `json:"why,omitempty"`
+}
+
+// record is the journal file's contents.
+type record struct {
+	// Version of this layout.
+	Version  int       `json:"version"`
+	Underway *Underway `json:"underway,omitempty"`
+	// Attempts are the finished attempts, oldest first, at most
+	// maxEntries.
+	Attempts []Entry `json:"attempts"`
+}
+
+const (
+	journalVersion = 1
+	maxEntries     = 64
+	// JournalFile is the journal's name in the state directory.
+	JournalFile = "remedy.json"
+)
+
+// Journal is the remedy's record on disk: what is under way and what was
+// tried. It survives hotplugd's restarts, so that a remedy interrupted by
+// SIGKILL or a crash is finished by the next hotplugd, and a failed attempt
+// is not repeated by a crash-looping one. Every change is written
+// atomically and durably before the step it announces. A journal with no
+// path keeps the record in memory only (tests, --dry-run).
+type Journal struct {
+	path string
+	rec  record
+}
+
+// OpenJournal reads the journal at dir/remedy.json (none yet: empty).
+// A file that cannot be read or parsed is an error and is left as it is:
+// the operator decides (the error says where and what to do).
+func OpenJournal(dir string) (*Journal, error) {
+	j := &Journal{rec: record{Version: journalVersion}}
+	if dir == "" {
+		return j, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("remedy: journal: %w (create it, or give another --state-dir)", err)
+	}
+	j.path = filepath.Join(dir, JournalFile)
+	b, err := statefile.Read(j.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return j, nil
+	case err != nil:
+		return nil, fmt.Errorf("remedy: journal: %w", err)
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("remedy: journal %s is corrupt: %v (it was left as it is: if no kubelet restart by hotplugd is under way, move it aside and start hotplugd again)", j.path, err)
+	}
+	if r.Version != journalVersion {
+		return nil, fmt.Errorf("remedy: journal %s has layout version %d, this hotplugd writes %d (left as it is: move it aside after checking the kubelet runs)", j.path, r.Version, journalVersion)
+	}
+	j.rec = r
+	return j, nil
+}
+
+// Path is the journal's file ("" in memory only).
+func (j *Journal) Path() string { return j.path }
+
+// Underway returns the remedy in progress, nil when none.
+func (j *Journal) Underway() *Underway {
+	if j.rec.Underway == nil {
+		return nil
+	}
+	u := *j.rec.Underway
+	return &u
+}
+
+// Attempts returns the finished attempts, oldest first.
+func (j *Journal) Attempts() []Entry { return append([]Entry(nil), j.rec.Attempts...) }
+
+// Last returns the last attempt for key, if any.
+func (j *Journal) Last(key string) (Entry, bool) {
+	for i := len(j.rec.Attempts) - 1; i >= 0; i-- {
+		if j.rec.Attempts[i].Key == key {
+			return j.rec.Attempts[i], true
+		}
+	}
+	return Entry{}, false
+}
+
+// LastStart is the start of the latest attempt, under way or finished
+// (zero: none): the rate limit counts from it across restarts.
+func (j *Journal) LastStart() time.Time {
+	var t time.Time
+	if n := len(j.rec.Attempts); n > 0 {
+		t = j.rec.Attempts[n-1].Start
+	}
+	if u := j.rec.Underway; u != nil && u.Start.After(t) {
+		t = u.Start
+	}
+	return t
+}
+
+// Begin writes u down as under way.
+func (j *Journal) Begin(u Underway) error {
+	j.rec.Underway = &u
+	return j.save()
+}
+
+// Enter moves the remedy under way to phase p (and its files, when given).
+func (j *Journal) Enter(p Phase, files []FileBackup) error {
+	if j.rec.Underway == nil {
+		return errors.New("remedy: journal: no remedy under way")
+	}
+	j.rec.Underway.Phase = p
+	if files != nil {
+		j.rec.Underway.Files = files
+	}
+	return j.save()
+}
+
+// Finish records the outcome of the remedy under way and clears it.
+func (j *Journal) Finish(e Entry) error {
+	j.rec.Underway = nil
+	j.rec.Attempts = append(j.rec.Attempts, e)
+	if n := len(j.rec.Attempts); n > maxEntries {
+		j.rec.Attempts = append([]Entry(nil), j.rec.Attempts[n-maxEntries:]...)
+	}
+	return j.save()
+}
+
+func (j *Journal) save() error {
+	if j.path == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(j.rec, "", "  ")
+	if err != nil {
+		return fmt.Errorf("remedy: journal: %w", err)
+	}
+	if err := statefile.Replace(j.path, append(b, '\n')); err != nil {
+		return fmt.Errorf("remedy: journal: %w", err)
+	}
+	return nil
+}
