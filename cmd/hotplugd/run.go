@@ -67,6 +67,7 @@ type runOptions struct {
 	KubeletStartCommand string
 	StateDir            string
 	KubeletPoll         time.Duration
+	KubeletGrace        time.Duration
 
 	minMemoryDelta resource.Quantity
 }
@@ -101,6 +102,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.KubeletStopCommand, "kubelet-stop-command", "", "shell command that stops the kubelet, for hosts without systemd (with --kubelet-start-command; replaces --kubelet-unit)")
 	fs.StringVar(&o.KubeletStartCommand, "kubelet-start-command", "", "shell command that starts the kubelet, for hosts without systemd; it must be idempotent (a running kubelet stays as it is), as systemctl start is")
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/hotplugd", "where hotplugd keeps its remedy journal (remedy.json): the restart under way, finished by the next hotplugd after a crash, and the attempts made, not repeated across restarts")
+	fs.DurationVar(&o.KubeletGrace, "kubelet-grace", 20*time.Second, "how long a kubelet that has just started (restarted by anyone) has to report its Node before a difference counts as drift")
 	fs.DurationVar(&o.KubeletPoll, "kubelet-poll", 5*time.Second, "how often hotplugd checks that the kubelet it knows still runs, or looks for one (its configuration files are watched with inotify)")
 }
 
@@ -143,6 +145,9 @@ func (o *runOptions) Validate() error {
 	}
 	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst <= 0 {
 		errs = append(errs, errors.New("--kube-api-qps and --kube-api-burst must be positive"))
+	}
+	if o.KubeletGrace < 0 {
+		errs = append(errs, fmt.Errorf("--kubelet-grace must not be negative, not %v", o.KubeletGrace))
 	}
 	if o.KubeletPoll <= 0 {
 		errs = append(errs, fmt.Errorf("--kubelet-poll must be positive, not %v", o.KubeletPoll))
@@ -334,9 +339,9 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		zap.Bool("dry_run", o.DryRun), zap.String("journal", journal.Path()))
 
 	return func(d *daemon.Daemon) error {
-		pred := &predictor{rep: rep, log: log}
+		pred := &predictor{rep: rep, log: log, grace: o.KubeletGrace}
 		rem, err := remedy.New(remedy.Options{
-			Mode: mode, Settle: o.Settle, Interval: o.RemedyInterval, Timeout: o.RemedyTimeout, DryRun: o.DryRun,
+			Mode: mode, Settle: o.Settle, Interval: o.RemedyInterval, Timeout: o.RemedyTimeout, DryRun: o.DryRun, KubeletGrace: o.KubeletGrace,
 			Kubelet: watch, Journal: journal, WouldRefuse: wouldRefuse,
 			Control: control, Node: rep, Snapshot: d.FS().Snapshot, Busy: d.Busy,
 			Log: log, Registerer: metrics.Registry,
@@ -345,7 +350,7 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 			return err
 		}
 		// The kubelet is discovered before the first snapshot's prediction.
-		watch.Refresh(context.Background())
+		pred.kubelet(watch.Refresh(context.Background()))
 		d.AddHook(func(res daemon.Result) {
 			if res.Snapshot == nil {
 				return
@@ -385,8 +390,9 @@ func (o *runOptions) kubeletArgs() []string {
 // predictor keeps the Node reporter's prediction in step with both of its
 // inputs: the last snapshot and the kubelet's facts.
 type predictor struct {
-	rep *nodepatch.Reporter
-	log *zap.Logger
+	rep   *nodepatch.Reporter
+	log   *zap.Logger
+	grace time.Duration
 
 	mu    sync.Mutex
 	snap  *topology.Snapshot
@@ -404,6 +410,11 @@ func (p *predictor) kubelet(f *kubeletwatch.Facts) {
 	p.mu.Lock()
 	p.facts = f
 	p.mu.Unlock()
+	if f != nil && !f.Started.IsZero() && time.Until(f.Started.Add(p.grace)) > 0 {
+		// A kubelet that has just started reports the machine and its
+		// configuration a moment after we see it.
+		p.rep.HoldUntil(f.Started.Add(p.grace))
+	}
 	p.update()
 }
 

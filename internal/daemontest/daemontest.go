@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,6 +79,11 @@ type Daemon struct {
 func Start(t testing.TB, binary string, cred *syscall.Credential, args ...string) *Daemon {
 	t.Helper()
 	addr := FreeAddr(t)
+	if !slices.Contains(args, "--standalone") && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--state-dir") }) {
+		// The remedy journal of a test's daemon is the test's, never the
+		// machine's /var/lib/hotplugd.
+		args = append(args, "--state-dir", t.TempDir())
+	}
 	args = append([]string{"run", "--log-format", "json", "--log-level", "debug", "--metrics-addr", addr}, args...)
 	cmd := exec.Command(binary, args...)
 	cmd.Env = Env()

@@ -28,6 +28,8 @@ type Facts struct {
 	// Start is the kubelet process's start time (clock ticks since boot,
 	// /proc/<pid>/stat), 0 without a process.
 	Start uint64
+	// Started is that start as a time (zero when unknown).
+	Started time.Time
 	// Version is the kubelet's version as found (zero when none was), and
 	// VersionFrom says from where.
 	Version     kubeletversion.Version
@@ -230,6 +232,8 @@ func (w *Watcher) discover(ctx context.Context) *Facts {
 	if k.PID != 0 {
 		if f.Start, err = kubeletconfig.ProcessStart(w.o.ProcRoot, k.PID); err != nil {
 			w.log.Debug("kubelet start time", zap.Error(err))
+		} else if boot, err := bootTime(w.o.ProcRoot); err == nil {
+			f.Started = boot.Add(time.Duration(f.Start) * (time.Second / userHZ))
 		}
 	}
 	if w.o.RootDir != "" {
@@ -244,8 +248,8 @@ func (w *Watcher) discover(ctx context.Context) *Facts {
 		f.StateDir = ""
 		f.Limits = append(f.Limits, "no remedy: "+err.Error())
 	}
-	if k.PID != 0 && f.Start != 0 {
-		if newer, file := w.newerThanProcess(k, f.Start); newer {
+	if !f.Started.IsZero() {
+		if newer, file := newerThan(k, f.Started); newer {
 			f.ConfigChanged = true
 			f.Limits = append(f.Limits, "the kubelet's configuration "+file+" changed after the kubelet started: allocatable is compared again after its next start")
 		}
@@ -316,16 +320,9 @@ func (w *Watcher) versionOf(ctx context.Context, pid int, start uint64) (kubelet
 	return kubeletversion.Version{}, "", errors.New(strings.Join(why, "; "))
 }
 
-// newerThanProcess reports whether a configuration file was modified after
-// the kubelet process started: start (clock ticks after boot, USER_HZ 100
-// on Linux) plus the boot time (btime of /proc/stat).
-func (w *Watcher) newerThanProcess(k *kubeletconfig.Kubelet, start uint64) (bool, string) {
-	boot, err := bootTime(w.o.ProcRoot)
-	if err != nil {
-		w.log.Debug("boot time", zap.Error(err))
-		return false, ""
-	}
-	started := boot.Add(time.Duration(start) * (time.Second / userHZ))
+// newerThan reports whether a configuration file was modified after the
+// kubelet process started, and which.
+func newerThan(k *kubeletconfig.Kubelet, started time.Time) (bool, string) {
 	for _, p := range k.Files {
 		fi, err := os.Stat(p)
 		// A clock tick of slack: a file written just before the start.

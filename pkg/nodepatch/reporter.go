@@ -85,6 +85,9 @@ type Reporter struct {
 	noise      string        // the noise last logged
 	dryRunLast string
 	held       bool // Hold: compare and publish, write nothing
+	// holdUntil: a drift is compared and published but not written before
+	// it (HoldUntil).
+	holdUntil time.Time
 }
 
 type reporterMetrics struct {
@@ -182,6 +185,26 @@ func (r *Reporter) Hold(hold bool) {
 	r.mu.Lock()
 	r.held = hold
 	r.mu.Unlock()
+	r.poke()
+}
+
+// HoldUntil gives a kubelet that has just started until t to report its
+// Node: before t a drift is published (State) but not written, no
+// condition and no Event; a Node that matches is written at once. A kubelet
+// restarted by someone else reports the new machine or configuration a
+// moment after hotplugd has seen the new process; that moment is not a
+// drift.
+func (r *Reporter) HoldUntil(t time.Time) {
+	r.mu.Lock()
+	r.holdUntil = t
+	r.mu.Unlock()
+	if d := t.Sub(r.clock.Now()); d > 0 {
+		timer := r.clock.NewTimer(d)
+		go func() {
+			<-timer.C()
+			r.poke()
+		}()
+	}
 	r.poke()
 }
 
@@ -321,7 +344,7 @@ func newer(a, b *v1.Node) bool {
 func (r *Reporter) sync(ctx context.Context) error {
 	node := r.observed()
 	r.mu.Lock()
-	pred, note, held := r.prediction, r.note, r.held
+	pred, note, held, holdUntil := r.prediction, r.note, r.held, r.holdUntil
 	r.mu.Unlock()
 	if node == nil || pred == nil {
 		r.publish(State{Node: node, Prediction: pred})
@@ -336,7 +359,7 @@ func (r *Reporter) sync(ctx context.Context) error {
 	want := desiredFor(node, *pred, drift, note, now)
 	data := patch(node, want)
 	r.publish(State{Node: node, Prediction: pred, Drift: drift})
-	if held {
+	if held || (drift.Stale() && now.Before(holdUntil)) {
 		return nil
 	}
 	r.maybeEvent(node, drift)

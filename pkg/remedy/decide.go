@@ -64,6 +64,9 @@ type Inputs struct {
 	// would be for; Previous is the journal's last attempt for it.
 	Key      string
 	Previous *Entry
+	// KubeletFresh is when a kubelet that has just started has had its
+	// time to report its Node (its start plus the grace); zero: not fresh.
+	KubeletFresh time.Time
 }
 
 // Plan is a decision with its reason.
@@ -109,6 +112,9 @@ func Decide(in Inputs) Plan {
 			in.Previous.Start.UTC().Format(time.RFC3339), in.Previous.Outcome)
 	case in.InPlaceResize:
 		p.Action, p.Why = ActionReport, "the kubelet runs with InPlaceNodeResourceResize and follows the machine itself: reporting only"
+	case in.Now.Before(in.KubeletFresh):
+		p.Action, p.At = ActionWait, in.KubeletFresh
+		p.Why = "the kubelet has just started: giving it time to report its Node"
 	case in.Busy:
 		p.Action, p.Why = ActionWait, "a burst of events is still arriving"
 	case in.Now.Before(in.LastActivity.Add(in.Settle)):

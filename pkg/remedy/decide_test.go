@@ -36,6 +36,8 @@ func TestDecide(t *testing.T) {
 		{"settled exactly", func(in *Inputs) { in.Now = t0.Add(3 * time.Second) }, ActionRestart, time.Time{}},
 		{"rate limited", func(in *Inputs) { in.LastAttempt = t0.Add(-time.Minute) }, ActionWait, t0.Add(9 * time.Minute)},
 		{"rate limit over", func(in *Inputs) { in.LastAttempt = t0.Add(-10 * time.Minute) }, ActionRestart, time.Time{}},
+		{"a kubelet that has just started", func(in *Inputs) { in.KubeletFresh = t0.Add(20 * time.Second) }, ActionWait, t0.Add(20 * time.Second)},
+		{"a kubelet that has had its time", func(in *Inputs) { in.KubeletFresh = t0.Add(5 * time.Second) }, ActionRestart, time.Time{}},
 		{"kubelet not remediable", func(in *Inputs) { in.Remediable, in.NotRemediable = false, "no kubelet running yet" }, ActionReport, time.Time{}},
 		{"this key failed before", func(in *Inputs) {
 			in.Previous = &Entry{Key: "k1", Start: t0.Add(-time.Hour), Outcome: OutcomeFailed}

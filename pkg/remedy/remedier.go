@@ -68,6 +68,9 @@ type Options struct {
 	Timeout time.Duration
 	// OpTimeout bounds stopping or starting the kubelet (default 2m).
 	OpTimeout time.Duration
+	// KubeletGrace is how long a kubelet that has just started has to
+	// report its Node before a drift counts (0: none).
+	KubeletGrace time.Duration
 	DryRun    bool
 
 	// Kubelet is the kubelet as discovered: its configuration, release,
@@ -286,6 +289,9 @@ func (m *Remedier) decide() Plan {
 		Mode: m.o.Mode, Known: st.Known(), Drift: st.Drift, Now: m.clock.Now(),
 		Settle: m.o.Settle, Busy: m.o.Busy(), Interval: m.o.Interval,
 		LastAttempt: m.journal.LastStart(),
+	}
+	if facts != nil && !facts.Started.IsZero() {
+		in.KubeletFresh = facts.Started.Add(m.o.KubeletGrace)
 	}
 	if facts.Remediable() {
 		in.Remediable = true
