@@ -71,7 +71,7 @@ type Options struct {
 	// KubeletGrace is how long a kubelet that has just started has to
 	// report its Node before a drift counts (0: none).
 	KubeletGrace time.Duration
-	DryRun    bool
+	DryRun       bool
 
 	// Kubelet is the kubelet as discovered: its configuration, release,
 	// state directory and healthz.
