@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 
+	"github.com/hotplugd/hotplugd/internal/faultpoint"
 	"github.com/hotplugd/hotplugd/pkg/kubeletwatch"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 	"github.com/hotplugd/hotplugd/pkg/preflight"
@@ -458,6 +459,7 @@ func (m *Remedier) carryOut(ctx context.Context, a Attempt, facts *kubeletwatch.
 		return m.fail(a, err, next, false)
 	}
 	m.enter(PhaseRepairing, nil)
+	faultpoint.Hit(faultpoint.RemedyStopped)
 	report := preflight.Run(snap, pf)
 	a.Report = report
 	m.enter(PhaseStarting, mergeBackups(m.journal.Underway(), report))
@@ -472,6 +474,7 @@ func (m *Remedier) carryOut(ctx context.Context, a Attempt, facts *kubeletwatch.
 		return m.fail(a, err, next, true)
 	}
 	m.enter(PhaseVerifying, nil)
+	faultpoint.Hit(faultpoint.RemedyStarted)
 	if ctx.Err() != nil {
 		a.Outcome, a.Err = OutcomeInterrupted, errors.New("remedy: hotplugd is stopping: the kubelet was started; the next hotplugd verifies it")
 		return a
@@ -627,6 +630,7 @@ func (m *Remedier) verify(ctx context.Context) error {
 			return err
 		}
 	}
+	faultpoint.Hit(faultpoint.RemedyVerifying)
 	for {
 		changed := m.o.Node.Changed()
 		st := m.o.Node.State()

@@ -3,6 +3,7 @@ package statefile
 import (
 	"errors"
 	"fmt"
+	"github.com/hotplugd/hotplugd/internal/faultpoint"
 	"io"
 	"io/fs"
 	"os"
@@ -138,6 +139,7 @@ func Write(path string, data []byte, now time.Time) (backup string, err error) {
 		}
 		backup = b
 	}
+	faultpoint.Hit(faultpoint.StateFileWrite)
 	if renamed, err := writeDurably(dir, path, data, mode, true); err != nil {
 		if renamed {
 			// The new file is in place but its directory entry may not
