@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -325,34 +326,41 @@ func (w *Watcher) versionOf(ctx context.Context, pid int, start uint64) (kubelet
 func newerThan(k *kubeletconfig.Kubelet, started time.Time) (bool, string) {
 	for _, p := range k.Files {
 		fi, err := os.Stat(p)
-		// A clock tick of slack: a file written just before the start.
-		if err == nil && fi.ModTime().After(started.Add(time.Second/userHZ)) {
+		// A little slack: a file written just before the start.
+		if err == nil && fi.ModTime().After(started.Add(startSlack)) {
 			return true, p
 		}
 	}
 	return false, ""
 }
 
+// startSlack covers the precision of a process start time (a clock tick,
+// uptime's hundredths).
+const startSlack = 50 * time.Millisecond
+
 // userHZ is the unit of /proc/<pid>/stat's times (sysconf(_SC_CLK_TCK),
 // 100 on every Linux architecture).
 const userHZ = 100
 
-// bootTime is btime from <procRoot>/stat.
+// bootTime is when the machine booted, on the clock process start times
+// count from: now minus <procRoot>/uptime (CLOCK_BOOTTIME, as
+// /proc/<pid>/stat's starttime), to a hundredth of a second (btime in
+// /proc/stat is whole seconds).
 func bootTime(procRoot string) (time.Time, error) {
-	b, err := os.ReadFile(filepath.Join(procRoot, "stat"))
+	now := time.Now()
+	b, err := os.ReadFile(filepath.Join(procRoot, "uptime"))
 	if err != nil {
 		return time.Time{}, err
 	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "btime "); ok {
-			var sec int64
-			if _, err := fmt.Sscan(strings.TrimSpace(v), &sec); err != nil {
-				return time.Time{}, fmt.Errorf("btime in %s: %w", filepath.Join(procRoot, "stat"), err)
-			}
-			return time.Unix(sec, 0), nil
-		}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return time.Time{}, fmt.Errorf("empty %s", filepath.Join(procRoot, "uptime"))
 	}
-	return time.Time{}, fmt.Errorf("no btime in %s", filepath.Join(procRoot, "stat"))
+	up, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: %w", filepath.Join(procRoot, "uptime"), err)
+	}
+	return now.Add(-time.Duration(up * float64(time.Second))), nil
 }
 
 // Run discovers the kubelet, then follows it until ctx is done: a poll

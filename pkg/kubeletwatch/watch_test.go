@@ -14,7 +14,8 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 )
 
-// fakeProc is a procfs with a boot time 1000 s ago.
+// fakeProc is a procfs with a boot time 1000 s ago (its uptime is not
+// updated: the tests run within seconds).
 type fakeProc struct {
 	t    *testing.T
 	root string
@@ -23,7 +24,7 @@ type fakeProc struct {
 
 func newFakeProc(t *testing.T) *fakeProc {
 	p := &fakeProc{t: t, root: filepath.Join(t.TempDir(), "proc"), boot: time.Now().Add(-1000 * time.Second).Truncate(time.Second)}
-	p.write("stat", fmt.Sprintf("cpu  1 2 3 4\nbtime %d\nprocesses 9\n", p.boot.Unix()))
+	p.write("uptime", fmt.Sprintf("%.2f 100.00\n", time.Since(p.boot).Seconds()))
 	// A process that is not a kubelet.
 	p.process(1, time.Now(), "/sbin/init")
 	return p

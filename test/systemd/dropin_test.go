@@ -93,7 +93,7 @@ func TestDropinWithKubeadm(t *testing.T) {
 	kubelet := "[Unit]\nDescription=kubelet\n[Service]\nExecStart=" + installedAt + " kubelet\n[Install]\nWantedBy=multi-user.target\n"
 	kubeadm := strings.ReplaceAll(readKubeadm(t), "/usr/bin/kubelet", installedAt)
 	problems := verifyFiles(t, "kubelet.service", map[string]string{
-		"kubelet.service": kubelet,
+		"kubelet.service":                              kubelet,
 		"kubelet.service.d/10-kubeadm.conf":            kubeadm,
 		"kubelet.service.d/10-hotplugd-preflight.conf": readDropin(t),
 	})
