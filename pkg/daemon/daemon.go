@@ -106,7 +106,10 @@ type Daemon struct {
 	last    *topology.Snapshot
 	lastErr error
 
-	busySince atomic.Int64 // unix nanos when the running reconcile started; 0 when idle
+	// busySince is when the running reconcile started, in unix nanos; 0
+	// when none runs. It is the watchdog's (responsive); Busy is the
+	// debouncer's, which also covers a batch not yet handed over.
+	busySince atomic.Int64
 
 	hooks []func(Result)
 	tasks []func(context.Context) error
@@ -180,10 +183,30 @@ func New(cfg Config) (*Daemon, error) {
 func (d *Daemon) Metrics() *Metrics { return d.metrics }
 
 // Busy reports whether a burst of events is still arriving or being
-// reconciled: the remedy never acts then.
-func (d *Daemon) Busy() bool {
-	return d.debouncer.Pending() || d.busySince.Load() != 0
-}
+// reconciled: true from a trigger until the reconcile of its batch, hooks
+// included, has returned, and during the first snapshot. The remedy never
+// acts then.
+func (d *Daemon) Busy() bool { return d.debouncer.Pending() }
+
+// Idle returns a channel that is closed once the daemon is idle (Busy
+// false): at once when it is idle now, else when Busy turns from true to
+// false, that is once the last reconcile and its hooks have returned with
+// no trigger waiting. A consumer that must wait for the end of a burst
+// selects on it instead of polling Busy:
+//
+//	idle := d.Idle() // before Busy: a transition in between closes it
+//	if d.Busy() {
+//		select {
+//		case <-idle: // Busy turned false: decide again
+//		case <-ctx.Done():
+//		}
+//	}
+//
+// Each time the daemon turns busy it starts a new channel: take Idle again
+// for every wait. A channel taken while idle is already closed, so select
+// on it only after Busy read true. Once Run has returned, a burst that was
+// pending stays pending and its channel is never closed.
+func (d *Daemon) Idle() <-chan struct{} { return d.debouncer.Idle() }
 
 // FS is the topology reader, for a full snapshot.
 func (d *Daemon) FS() topology.FS { return d.fs }
@@ -199,20 +222,27 @@ func (d *Daemon) Last() *topology.Snapshot {
 }
 
 // Run runs the loop until ctx is done or a source fails. It takes the first
-// snapshot before it tells the service manager it is ready, and closes the
-// sources on return.
+// snapshot before it tells the service manager it is ready. Whatever it
+// returns with, it has cancelled and waited for every goroutine it started,
+// and then closed the sources.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.uevents.Close()
 	defer d.hugepages.Close()
+	ctx, cancel := context.WithCancel(ctx)
 	g, ctx := errgroup.WithContext(ctx)
+	// Deferred after the Closes, so run first: the sources are closed only
+	// once their Run has returned.
+	defer func() {
+		cancel()
+		g.Wait()
+	}()
 
 	g.Go(func() error { return d.uevents.Run(ctx, ueventHandler{d}) })
 	g.Go(func() error { return d.hugepages.Run(ctx, hugePageHandler{d}) })
 
-	var ln net.Listener
 	if d.cfg.MetricsAddr != "" {
-		var err error
-		if ln, err = net.Listen("tcp", d.cfg.MetricsAddr); err != nil {
+		ln, err := net.Listen("tcp", d.cfg.MetricsAddr)
+		if err != nil {
 			return fmt.Errorf("daemon: metrics: %w (choose another --metrics-addr, or \"\" to disable)", err)
 		}
 		d.log.Info("serving metrics and health", zap.String("addr", ln.Addr().String()))
@@ -220,10 +250,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 
 	// The first snapshot is taken at once, not debounced: until it exists
-	// the daemon is not ready.
-	now := d.clock.Now()
-	res := d.reconcile(debounce.Batch{First: now, Last: now, Count: 1, Cause: debounce.TriggerStart,
-		Triggers: map[debounce.Trigger]int{debounce.TriggerStart: 1}})
+	// the daemon is not ready. It is a batch of the debouncer all the same,
+	// so that Busy covers it.
+	var res Result
+	d.debouncer.Fire(debounce.TriggerStart, func(b debounce.Batch) { res = d.reconcile(b) })
 	if res.Err != nil {
 		return fmt.Errorf("daemon: first snapshot: %w", res.Err)
 	}
@@ -392,15 +422,21 @@ func (d *Daemon) serve(ctx context.Context, ln net.Listener) error {
 		}
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		srv.Shutdown(shutdown)
-	}()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
 		return fmt.Errorf("daemon: metrics: %w", err)
+	case <-ctx.Done():
 	}
+	// Returns once the server and its connections are done (or cut off),
+	// so that nothing of it outlives Run.
+	shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		srv.Close()
+	}
+	<-served
 	return nil
 }
 

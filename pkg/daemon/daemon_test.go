@@ -2,14 +2,20 @@ package daemon
 
 import (
 	"context"
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
@@ -57,19 +63,36 @@ const quiet = 500 * time.Millisecond
 
 func start(t *testing.T) *harness {
 	t.Helper()
+	return startWith(t, nil, nil)
+}
+
+// startWith is start with the daemon's clock wrapping the harness' fake one
+// (nil: the fake clock itself), and hook called in the reconcile goroutine
+// before the result is handed to the test.
+func startWith(t *testing.T, wrap func(*clocktesting.FakeClock) clock.WithTicker, hook func(*Daemon, Result)) *harness {
+	t.Helper()
 	root := t.TempDir()
 	m := fixturegen.OneNode(2, 4194304, 0)
 	if err := m.WriteDir(root); err != nil {
 		t.Fatal(err)
 	}
 	h := &harness{t: t, root: root, clock: clocktesting.NewFakeClock(time.Unix(1e9, 0)), results: make(chan Result, 100)}
+	var clk clock.WithTicker = h.clock
+	if wrap != nil {
+		clk = wrap(h.clock)
+	}
 	ue := &fakeUevents{h: make(chan uevent.Handler, 1)}
 	h.hugepage = &fakeHugePages{h: make(chan hugepagewatch.Handler, 1)}
 	d, err := New(Config{
 		SysfsRoot: filepath.Join(root, "sys"), ProcfsRoot: filepath.Join(root, "proc"),
 		QuietWindow: quiet, MaxDelay: 5 * time.Second, Resync: time.Minute,
-		Clock: h.clock, Uevents: ue, HugePages: h.hugepage,
-		OnReconcile: func(r Result) { h.results <- r },
+		Clock: clk, Uevents: ue, HugePages: h.hugepage,
+		OnReconcile: func(r Result) {
+			if hook != nil {
+				hook(h.d, r)
+			}
+			h.results <- r
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -134,6 +157,17 @@ func (h *harness) settle() Result {
 			}
 			h.clock.Step(quiet)
 		}
+	}
+}
+
+// waitIdle waits for the daemon to be idle: start returns from within the
+// first snapshot's hook, while the daemon is still busy.
+func (h *harness) waitIdle() {
+	h.t.Helper()
+	select {
+	case <-h.d.Idle():
+	case <-time.After(5 * time.Second):
+		h.t.Fatal("the daemon never became idle")
 	}
 }
 
@@ -280,5 +314,242 @@ func TestStatusLine(t *testing.T) {
 	h := start(t)
 	if got := statusLine(h.d.Last()); got != "capacity cpu=2 hugepages-2Mi=0 memory=4Gi" {
 		t.Errorf("statusLine = %q", got)
+	}
+}
+
+// lifecycle records how a fake source was run and closed.
+type lifecycle struct {
+	mu                             sync.Mutex
+	ran, running, closed, tooEarly bool
+}
+
+func (l *lifecycle) run(ctx context.Context) error {
+	l.mu.Lock()
+	l.ran, l.running = true, true
+	l.mu.Unlock()
+	<-ctx.Done()
+	l.mu.Lock()
+	l.running = false
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *lifecycle) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	l.tooEarly = l.tooEarly || l.running
+	return nil
+}
+
+// check reports how the source was left when Run returned: its Run must
+// have been called and have returned, and Close called after that.
+func (l *lifecycle) check(t *testing.T, name string) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case !l.ran:
+		t.Errorf("%s: Run returned before the source's Run was called", name)
+	case l.running:
+		t.Errorf("%s: the source's Run still runs after Run returned", name)
+	}
+	if !l.closed {
+		t.Errorf("%s: not closed", name)
+	}
+	if l.tooEarly {
+		t.Errorf("%s: closed while its Run was running", name)
+	}
+}
+
+type lifecycleUevents struct{ lifecycle }
+
+func (s *lifecycleUevents) Run(ctx context.Context, _ uevent.Handler) error { return s.run(ctx) }
+
+type lifecycleHugePages struct{ lifecycle }
+
+func (s *lifecycleHugePages) Run(ctx context.Context, _ hugepagewatch.Handler) error {
+	return s.run(ctx)
+}
+func (s *lifecycleHugePages) Rescan() ([]string, error) { return nil, nil }
+
+// TestRunReturnsAfterItsGoroutines: whatever Run returns with, the
+// goroutines it started have returned and the sources are closed after
+// them (the parent context is never cancelled here).
+func TestRunReturnsAfterItsGoroutines(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	tests := []struct {
+		name    string
+		setup   func(root string, cfg *Config)
+		wantErr string
+	}{
+		{
+			name:    "metrics address in use",
+			setup:   func(_ string, cfg *Config) { cfg.MetricsAddr = busy.Addr().String() },
+			wantErr: "daemon: metrics: listen tcp " + busy.Addr().String(),
+		},
+		{
+			name: "first snapshot fails",
+			setup: func(root string, _ *Config) {
+				os.WriteFile(filepath.Join(root, "proc/meminfo"), []byte("garbage\n"), 0o644)
+			},
+			wantErr: "daemon: first snapshot: ",
+		},
+		{
+			name: "a task fails",
+			setup: func(_ string, cfg *Config) {
+				cfg.MetricsAddr = "127.0.0.1:0"
+				cfg.Resync = time.Minute
+			},
+			wantErr: "task failed",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			if err := fixturegen.OneNode(2, 4194304, 0).WriteDir(root); err != nil {
+				t.Fatal(err)
+			}
+			ue, hp := &lifecycleUevents{}, &lifecycleHugePages{}
+			cfg := Config{
+				SysfsRoot: filepath.Join(root, "sys"), ProcfsRoot: filepath.Join(root, "proc"),
+				QuietWindow: quiet, MaxDelay: 5 * time.Second,
+				Clock: clocktesting.NewFakeClock(time.Unix(1e9, 0)), Uevents: ue, HugePages: hp,
+			}
+			tt.setup(root, &cfg)
+			d, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.AddTask(func(context.Context) error { return errors.New("task failed") })
+			err = d.Run(context.Background())
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Run() = %v, want an error containing %q", err, tt.wantErr)
+			}
+			ue.check(t, "uevents")
+			hp.check(t, "hugepages")
+		})
+	}
+}
+
+// holdClock holds the reconcile at its first read of the clock until the
+// test releases it: the moment after the debouncer handed a batch over and
+// before the reconcile runs. It recognizes the reconcile by its caller.
+type holdClock struct {
+	*clocktesting.FakeClock
+	armed   atomic.Bool
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (c *holdClock) Now() time.Time {
+	if c.armed.Load() && calledFrom("(*Daemon).reconcile") && c.armed.CompareAndSwap(true, false) {
+		c.held <- struct{}{}
+		<-c.release
+	}
+	return c.FakeClock.Now()
+}
+
+// calledFrom reports whether the caller's caller is the function whose
+// name ends in fn.
+func calledFrom(fn string) bool {
+	pc, _, _, ok := runtime.Caller(2)
+	return ok && strings.HasSuffix(runtime.FuncForPC(pc).Name(), fn)
+}
+
+// TestBusyHasNoGap: Busy is true from a trigger until the reconcile of its
+// batch is done, including the moment between the debouncer handing the
+// batch over and the reconcile starting: the remedy must not act on a
+// drift that is being re-read.
+func TestBusyHasNoGap(t *testing.T) {
+	hold := &holdClock{held: make(chan struct{}), release: make(chan struct{})}
+	var busyInHook atomic.Bool
+	h := startWith(t, func(c *clocktesting.FakeClock) clock.WithTicker {
+		hold.FakeClock = c
+		return hold
+	}, func(d *Daemon, _ Result) { busyInHook.Store(d.Busy()) })
+	h.waitIdle()
+	hold.armed.Store(true)
+	h.uevents.Event(uevent.Event{Action: uevent.ActionOnline, Subsystem: "memory", DevPath: "/devices/system/memory/memory1"})
+	if !h.d.Busy() {
+		t.Error("Busy() = false with a trigger pending")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for h.clock.Waiters() < 2 { // the resync ticker and the debounce timer
+		if time.Now().After(deadline) {
+			t.Fatal("the debouncer never armed its timer")
+		}
+		time.Sleep(100 * time.Microsecond) // yield; the fake clock does not move
+	}
+	h.clock.Step(quiet)
+	// The debouncer may have armed its timer from a time read before the
+	// step (see settle): step again until the batch is handed over.
+	for held := false; !held; {
+		select {
+		case <-hold.held:
+			held = true
+		case <-time.After(10 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatal("the batch was never handed over")
+			}
+			h.clock.Step(quiet)
+		}
+	}
+	if !h.d.Busy() {
+		t.Error("Busy() = false between the debouncer handing the batch over and the reconcile")
+	}
+	close(hold.release)
+	h.next()
+	if !busyInHook.Load() {
+		t.Error("Busy() = false in the reconcile's hooks")
+	}
+}
+
+// TestIdle: a consumer woken by Idle instead of polling Busy sees the end
+// of every burst, once the reconcile and its hooks are done.
+func TestIdle(t *testing.T) {
+	type seen struct {
+		busy, idleClosed bool
+	}
+	inHook := make(chan seen, 10)
+	h := startWith(t, nil, func(d *Daemon, _ Result) {
+		select {
+		case <-d.Idle():
+			inHook <- seen{d.Busy(), true}
+		default:
+			inHook <- seen{d.Busy(), false}
+		}
+	})
+	if got := <-inHook; !got.busy || got.idleClosed {
+		t.Errorf("in the first snapshot's hook: %+v, want busy and not idle", got)
+	}
+	// start returned from within the hook: idle once it is done.
+	h.waitIdle()
+	if h.d.Busy() {
+		t.Error("Busy() = true once idle")
+	}
+
+	h.uevents.Event(uevent.Event{Action: uevent.ActionOnline, Subsystem: "memory", DevPath: "/devices/system/memory/memory1"})
+	idle := h.d.Idle()
+	select {
+	case <-idle:
+		t.Fatal("Idle() closed with a burst pending")
+	default:
+	}
+	h.settle()
+	if got := <-inHook; !got.busy || got.idleClosed {
+		t.Errorf("in the reconcile's hook: %+v, want busy and not idle", got)
+	}
+	select {
+	case <-idle:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Idle() channel not closed after the reconcile")
+	}
+	if h.d.Busy() {
+		t.Error("Busy() = true once idle")
 	}
 }

@@ -6,6 +6,12 @@
 // journald with structured fields under systemd), Prometheus metrics, and
 // the sd_notify status line.
 //
+// Busy is true from a trigger until its reconcile (hooks included) has
+// returned, and Idle wakes a consumer when that ends, so that the remedy
+// never acts on a machine that is being re-read and needs no polling. Run
+// returns only once every goroutine it started has returned, whatever it
+// returns with, and closes the sources after them.
+//
 // Data flows one way: sources -> debounced trigger -> snapshot -> diff ->
 // report. It reads sysfs and procfs under configurable roots and writes
 // nothing on the host; acting on the Node and the kubelet comes in later

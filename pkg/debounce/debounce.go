@@ -96,12 +96,22 @@ func (w *Window) Due(now time.Time) (Batch, bool) {
 // Debouncer runs a Window on a clock. Trigger may be called from any
 // goroutine; Run calls fire from its own goroutine, one batch at a time.
 // Triggers that arrive while fire runs open the next batch.
+//
+// A batch is pending from its first trigger until fire has returned for it
+// (Pending, Idle): a consumer that must not act while the machine is being
+// re-read never sees a moment where the batch is neither waiting nor being
+// handled.
 type Debouncer struct {
 	clock clock.Clock
 	wake  chan struct{}
 
+	// fire is held while a handler runs: Run's and Fire's never overlap.
+	fire sync.Mutex
+
 	mu     sync.Mutex
 	window Window
+	firing int           // batches handed over whose handler has not returned
+	idle   chan struct{} // closed while nothing is pending
 }
 
 // New returns a Debouncer with the given quiet window and maximum delay.
@@ -109,16 +119,20 @@ func New(clk clock.Clock, quiet, maxDelay time.Duration) *Debouncer {
 	if maxDelay < quiet {
 		maxDelay = quiet
 	}
+	idle := make(chan struct{})
+	close(idle)
 	return &Debouncer{
 		clock:  clk,
 		wake:   make(chan struct{}, 1),
 		window: Window{Quiet: quiet, MaxDelay: maxDelay},
+		idle:   idle,
 	}
 }
 
 // Trigger records a trigger now. It never blocks.
 func (d *Debouncer) Trigger(t Trigger) {
 	d.mu.Lock()
+	d.busyLocked()
 	d.window.Add(t, d.clock.Now())
 	d.mu.Unlock()
 	select {
@@ -127,16 +141,67 @@ func (d *Debouncer) Trigger(t Trigger) {
 	}
 }
 
-// Pending reports whether triggers are waiting for their batch to fire:
-// a burst is still arriving or going quiet.
+// Fire hands a batch of the one trigger t over to fire at once, from the
+// caller's goroutine, without debouncing (the daemon's first snapshot). It
+// is pending like any other batch while fire runs, and waits for a handler
+// that Run is running to return first: handlers never overlap. Triggers
+// waiting in the window are left for Run.
+func (d *Debouncer) Fire(t Trigger, fire func(Batch)) {
+	d.mu.Lock()
+	now := d.clock.Now()
+	d.busyLocked()
+	d.firing++
+	d.mu.Unlock()
+	defer d.fired()
+	d.fire.Lock()
+	defer d.fire.Unlock()
+	fire(Batch{First: now, Last: now, Count: 1, Cause: t, Triggers: map[Trigger]int{t: 1}})
+}
+
+// Pending reports whether a batch is pending: from its first trigger (a
+// burst still arriving or going quiet) until the handler it was handed to
+// has returned.
 func (d *Debouncer) Pending() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.window.Pending()
+	return d.pendingLocked()
+}
+
+// Idle returns a channel that is closed once nothing is pending (see
+// Pending): at once when nothing is pending now, else when the last
+// pending batch's handler returns with no trigger waiting. A trigger after
+// that opens a new channel; take Idle again after every wake-up. Taking it
+// before reading Pending loses no transition: if Pending then reads true,
+// the channel is closed no earlier than the moment it turns false.
+func (d *Debouncer) Idle() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.idle
+}
+
+func (d *Debouncer) pendingLocked() bool { return d.window.Pending() || d.firing > 0 }
+
+// busyLocked opens a new idle channel when nothing was pending: the caller
+// is about to make something pending.
+func (d *Debouncer) busyLocked() {
+	if !d.pendingLocked() {
+		d.idle = make(chan struct{})
+	}
+}
+
+// fired records that a handler returned, and closes the idle channel when
+// that left nothing pending.
+func (d *Debouncer) fired() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.firing--
+	if !d.pendingLocked() {
+		close(d.idle)
+	}
 }
 
 // Run fires batches until ctx is done, then returns nil. A batch pending at
-// cancellation is dropped: the daemon is stopping.
+// cancellation is dropped, and stays pending: the daemon is stopping.
 func (d *Debouncer) Run(ctx context.Context, fire func(Batch)) error {
 	var timer clock.Timer
 	var timerC <-chan time.Time
@@ -152,10 +217,15 @@ func (d *Debouncer) Run(ctx context.Context, fire func(Batch)) error {
 		now := d.clock.Now()
 		b, due := d.window.Due(now)
 		deadline := d.window.Deadline()
+		if due {
+			// Counted before the window lets go of it: the batch is
+			// pending without a gap until fire returned.
+			d.firing++
+		}
 		d.mu.Unlock()
 		if due {
 			stop()
-			fire(b)
+			d.handle(fire, b)
 			continue
 		}
 		stop()
@@ -171,4 +241,12 @@ func (d *Debouncer) Run(ctx context.Context, fire func(Batch)) error {
 			timer, timerC = nil, nil
 		}
 	}
+}
+
+// handle runs fire for a batch counted in firing.
+func (d *Debouncer) handle(fire func(Batch), b Batch) {
+	defer d.fired()
+	d.fire.Lock()
+	defer d.fire.Unlock()
+	fire(b)
 }

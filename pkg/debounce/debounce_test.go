@@ -178,3 +178,200 @@ func TestDebouncerFakeClock(t *testing.T) {
 		t.Fatal("Run did not return after cancel")
 	}
 }
+
+// runDebouncer runs d with a handler that reports each batch on entered and
+// returns only when the test sends on release. It stops with the test.
+func runDebouncer(t *testing.T, d *Debouncer) (entered chan Batch, release chan struct{}) {
+	t.Helper()
+	entered, release = make(chan Batch), make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.Run(ctx, func(b Batch) {
+			entered <- b
+			<-release
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return entered, release
+}
+
+// fireNext steps the fake clock through the quiet window once Run has armed
+// its timer, and waits for the handler to be entered with the batch. Run
+// may be re-arming its timer from a time it read before the step (a trigger
+// woke it meanwhile): that timer is due a quiet window after the step, so
+// the clock is stepped again until the handler is entered. Nothing else is
+// pending, so the extra steps fire nothing else.
+func fireNext(t *testing.T, clk *clocktesting.FakeClock, entered <-chan Batch) Batch {
+	t.Helper()
+	for i := 0; !clk.HasWaiters(); i++ {
+		if i > 1e6 {
+			t.Fatal("Run never armed a timer")
+		}
+		time.Sleep(time.Microsecond) // yields to Run; the fake clock does not move
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		clk.Step(500 * time.Millisecond)
+		select {
+		case b := <-entered:
+			return b
+		case <-time.After(10 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatal("the handler was not called")
+			}
+		}
+	}
+}
+
+// TestPendingUntilHandlerReturns: a batch is pending from its first trigger
+// until its handler has returned, not only until Run hands it over; the
+// daemon's Busy, and through it the remedy, relies on there being no gap.
+func TestPendingUntilHandlerReturns(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	d := New(clk, 500*time.Millisecond, 5*time.Second)
+	entered, release := runDebouncer(t, d)
+
+	if d.Pending() {
+		t.Fatal("Pending() = true before any trigger")
+	}
+	d.Trigger(TriggerUevent)
+	if !d.Pending() {
+		t.Fatal("Pending() = false after a trigger")
+	}
+	fireNext(t, clk, entered)
+	if !d.Pending() {
+		t.Error("Pending() = false while the handler for its batch runs")
+	}
+	// A trigger while the handler runs opens the next batch: still pending
+	// once the first handler returned.
+	d.Trigger(TriggerHugePages)
+	release <- struct{}{}
+	if !d.Pending() {
+		t.Error("Pending() = false with the next batch waiting")
+	}
+	if b := fireNext(t, clk, entered); b.Cause != TriggerHugePages || b.Count != 1 {
+		t.Errorf("second batch = %+v, want one hugepages trigger", b)
+	}
+	if !d.Pending() {
+		t.Error("Pending() = false while the handler for the second batch runs")
+	}
+	release <- struct{}{}
+	// Pending turns false once the handler returned, from Run's goroutine.
+	for deadline := time.Now().Add(5 * time.Second); d.Pending(); time.Sleep(time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Pending() still true after the last handler returned")
+		}
+	}
+}
+
+// closed reports whether c is closed, without waiting.
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitClosed waits for c to be closed; the deadline only bounds a broken
+// test.
+func waitClosed(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: the idle channel was not closed", what)
+	}
+}
+
+func TestIdle(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	d := New(clk, 500*time.Millisecond, 5*time.Second)
+	entered, release := runDebouncer(t, d)
+
+	if !closed(d.Idle()) {
+		t.Fatal("Idle() not closed before any trigger")
+	}
+	// Taken before the trigger: closed, and stays closed.
+	before := d.Idle()
+	d.Trigger(TriggerUevent)
+	idle := d.Idle()
+	if closed(idle) || !closed(before) {
+		t.Fatal("after a trigger: want a new open idle channel, the old one still closed")
+	}
+	d.Trigger(TriggerUevent)
+	if d.Idle() != idle {
+		t.Error("a second trigger of the same batch replaced the idle channel")
+	}
+	fireNext(t, clk, entered)
+	if closed(idle) {
+		t.Error("idle closed while the handler runs")
+	}
+	release <- struct{}{}
+	waitClosed(t, idle, "handler returned")
+	if d.Pending() {
+		t.Error("Pending() = true once idle was closed")
+	}
+
+	// A trigger while the handler runs: idle only after the next batch.
+	d.Trigger(TriggerResync)
+	idle = d.Idle()
+	fireNext(t, clk, entered)
+	d.Trigger(TriggerSignal)
+	release <- struct{}{}
+	if closed(idle) {
+		t.Error("idle closed with the next batch waiting")
+	}
+	fireNext(t, clk, entered)
+	release <- struct{}{}
+	waitClosed(t, idle, "second batch handled")
+}
+
+// TestFire: a batch fired at once is pending while its handler runs, and
+// never runs alongside a handler of Run.
+func TestFire(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	d := New(clk, 500*time.Millisecond, 5*time.Second)
+
+	var got Batch
+	var pendingInside bool
+	var idleInside <-chan struct{}
+	d.Fire(TriggerStart, func(b Batch) { got, pendingInside, idleInside = b, d.Pending(), d.Idle() })
+	want := Batch{First: t0, Last: t0, Count: 1, Cause: TriggerStart, Triggers: map[Trigger]int{TriggerStart: 1}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("fired batch (-want +got):\n%s", diff)
+	}
+	if !pendingInside {
+		t.Error("Pending() = false inside Fire's handler")
+	}
+	if !closed(idleInside) || d.Pending() {
+		t.Error("still pending after Fire returned")
+	}
+
+	// Fire while Run's handler runs waits for it. The race detector sees
+	// an overlap on running.
+	entered, release := runDebouncer(t, d)
+	var running bool
+	d.Trigger(TriggerUevent)
+	fireNext(t, clk, entered)
+	running = true
+	fired := make(chan bool)
+	go d.Fire(TriggerSignal, func(Batch) { fired <- running })
+	running = false
+	release <- struct{}{}
+	select {
+	case overlapped := <-fired:
+		if overlapped {
+			t.Error("Fire's handler ran while Run's handler was running")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Fire's handler never ran")
+	}
+	waitClosed(t, d.Idle(), "after Fire")
+}

@@ -7,5 +7,8 @@
 // The rules live in Window, a plain state machine over explicit times that
 // tests drive without a clock; Debouncer runs it on a clock (a fake one in
 // tests) and calls the reconcile from a single goroutine, so reconciles never
-// overlap. It touches nothing on the host.
+// overlap (Fire, for a reconcile that is not debounced, waits its turn). A
+// batch is pending from its first trigger until its reconcile has returned,
+// with no gap between the two, and Idle wakes whoever waits for the end of
+// the work. It touches nothing on the host.
 package debounce

@@ -77,6 +77,10 @@ func NewCommands(o CommandOptions) (*Commands, error) {
 // String names the controller for logs and events.
 func (c *Commands) String() string { return "commands" }
 
+// Close does nothing and returns nil: Commands holds nothing between
+// commands. It is there so that the caller can close either Controller.
+func (c *Commands) Close() error { return nil }
+
 // Stop runs the stop command and waits for it to exit.
 func (c *Commands) Stop(ctx context.Context) error { return c.run(ctx, "stop", c.stop) }
 

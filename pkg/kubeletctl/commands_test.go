@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -135,6 +136,23 @@ func TestCommandsStartStop(t *testing.T) {
 	}
 	if diff := cmp.Diff("stop\nstart\n", string(b)); diff != "" {
 		t.Errorf("commands run (-want +got):\n%s", diff)
+	}
+}
+
+// TestCommandsClose: Commands holds nothing, but is an io.Closer like
+// Systemd so that the caller can close whichever controller it got; it
+// still works after Close.
+func TestCommandsClose(t *testing.T) {
+	record := filepath.Join(t.TempDir(), "record")
+	var c io.Closer = newTestCommands(t, "echo stop >>"+record, "true")
+	if err := c.Close(); err != nil {
+		t.Errorf("Close() = %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close() = %v", err)
+	}
+	if err := c.(*Commands).Stop(t.Context()); err != nil {
+		t.Errorf("Stop after Close: %v", err)
 	}
 }
 

@@ -27,6 +27,11 @@
 // error wrapping ctx.Err(): Commands kills the command's whole process group,
 // while a systemd job already queued keeps running in systemd.
 //
+// Both are io.Closer (Controller embeds it), so that the caller closes
+// whichever it built: Systemd's Close closes its bus connection, Commands'
+// holds nothing and returns nil. Close is idempotent and does not stop a
+// job or command already running.
+//
 // An unknown unit is reported by NewSystemd, or by Stop and Start when the
 // unit disappeared later, as an error matching ErrNoSuchUnit that names the
 // unit. The package neither enables, masks nor edits units, and Commands

@@ -1,6 +1,9 @@
 package kubeletctl
 
-import "context"
+import (
+	"context"
+	"io"
+)
 
 // Controller stops and starts the kubelet. Implementations wait until the
 // operation has finished (unit inactive/active, command exited).
@@ -12,6 +15,10 @@ type Controller interface {
 	// String names it for logs and events, e.g. `systemd unit
 	// kubelet.service` or `commands`.
 	String() string
+	// Close releases what it holds (Systemd's bus connection); Stop and
+	// Start may fail afterwards. It is idempotent. A job or command already
+	// running is not stopped by it.
+	io.Closer
 }
 
 var (

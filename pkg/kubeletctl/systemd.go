@@ -99,8 +99,10 @@ func (s *Systemd) String() string {
 	return "systemd unit " + s.unit
 }
 
-// Close closes the bus connection. Stop and Start fail afterwards.
-func (s *Systemd) Close() {
+// Close closes the bus connection; Stop and Start fail afterwards. It may
+// be called more than once, and always returns nil (io.Closer). A job
+// already queued keeps running in systemd.
+func (s *Systemd) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
@@ -108,6 +110,7 @@ func (s *Systemd) Close() {
 		s.conn.Close()
 		s.conn = nil
 	}
+	return nil
 }
 
 // Stop stops the unit (StopUnit, mode "replace"), waits for the job and

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -310,7 +311,7 @@ func newTestSystemd(t *testing.T) (*Systemd, *fakeSystemd, *testBus) {
 	if err != nil {
 		t.Fatalf("NewSystemd: %v", err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { s.Close() })
 	s.poll = time.Millisecond
 	return s, fake, bus
 }
@@ -655,8 +656,18 @@ func TestSystemdConnectError(t *testing.T) {
 
 func TestSystemdClosed(t *testing.T) {
 	s, fake, _ := newTestSystemd(t)
-	s.Close()
-	s.Close() // twice is fine
+	conn := s.conn
+	// The caller closes whichever controller it got, as an io.Closer.
+	var c io.Closer = s
+	if err := c.Close(); err != nil {
+		t.Errorf("Close() = %v", err)
+	}
+	if conn.Connected() {
+		t.Error("the D-Bus connection is still open after Close")
+	}
+	if err := c.Close(); err != nil { // twice is fine
+		t.Errorf("second Close() = %v", err)
+	}
 	if err := s.Stop(t.Context()); err == nil || !strings.Contains(err.Error(), "controller closed") {
 		t.Errorf("Stop after Close = %v, want a closed error", err)
 	}

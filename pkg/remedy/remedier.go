@@ -89,8 +89,11 @@ type Options struct {
 	Node    NodeView
 	// Snapshot takes a full topology snapshot (for the state files).
 	Snapshot func() (*topology.Snapshot, error)
-	// Busy reports whether a burst is being debounced or reconciled.
+	// Busy reports whether a burst is being debounced or reconciled, and
+	// Idle returns a channel closed once it is not (daemon.Daemon's);
+	// without Idle, Busy is polled every 100 ms.
 	Busy func() bool
+	Idle func() <-chan struct{}
 
 	Log        *zap.Logger
 	Clock      clock.WithTicker
@@ -235,6 +238,10 @@ func (m *Remedier) Run(ctx context.Context) error {
 			return nil
 		}
 		changed := m.o.Node.Changed()
+		var idle <-chan struct{}
+		if m.o.Idle != nil {
+			idle = m.o.Idle() // before Busy is read: a transition in between closes it
+		}
 		plan := m.decide()
 		if s := string(plan.Action) + plan.Why; s != last {
 			last = s
@@ -259,10 +266,15 @@ func (m *Remedier) Run(ctx context.Context) error {
 			}
 			timerC = timer.C()
 		}
-		// Busy has no event of its own: look again shortly.
+		// Busy: decide again once the daemon is idle.
 		var busyC <-chan time.Time
+		var idleC <-chan struct{}
 		if plan.Action == ActionWait && plan.At.IsZero() {
-			busyC = m.clock.After(100 * time.Millisecond)
+			if idle != nil {
+				idleC = idle
+			} else {
+				busyC = m.clock.After(100 * time.Millisecond)
+			}
 		}
 		var kubeletC <-chan struct{}
 		if kw, ok := m.o.Kubelet.(interface{ Changed() <-chan struct{} }); ok {
@@ -276,6 +288,7 @@ func (m *Remedier) Run(ctx context.Context) error {
 		case <-m.wake:
 		case <-timerC:
 		case <-busyC:
+		case <-idleC:
 		}
 		if timer != nil {
 			timer.Stop()

@@ -150,6 +150,7 @@ type rig struct {
 	journal *Journal
 	stop    func()
 	old     string // the state file before the test's change
+	idleCh  chan struct{}
 }
 
 // fixedKubelet is a kubelet that never changes.
@@ -259,8 +260,25 @@ func (r *rig) run() {
 
 func (r *rig) setBusy(b bool) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case b && !r.isBusy:
+		r.idleCh = make(chan struct{})
+	case !b && r.isBusy && r.idleCh != nil:
+		close(r.idleCh)
+	}
 	r.isBusy = b
-	r.mu.Unlock()
+}
+
+// idle is the daemon's Idle.
+func (r *rig) idle() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.idleCh == nil {
+		r.idleCh = make(chan struct{})
+		close(r.idleCh)
+	}
+	return r.idleCh
 }
 
 // advance steps the fake clock once the remedy is waiting on it.
@@ -671,4 +689,19 @@ func TestFailedAttemptSurvivesRestarts(t *testing.T) {
 		}
 		r2.stop()
 	}
+}
+
+// TestIdleWakesTheRemedy: the end of a burst wakes the remedy through the
+// daemon's Idle channel, with no polling (the fake clock is not stepped).
+func TestIdleWakesTheRemedy(t *testing.T) {
+	var r *rig
+	r = newRigWith(t, 16, nil, func(r2 *rig) {
+		r = r2
+		r.setBusy(true)
+		r.clock.Step(time.Minute) // settled long ago, but busy
+	}, func(o *Options) { o.Idle, o.Settle = r.idle, 0 })
+	time.Sleep(20 * time.Millisecond)
+	r.attempts(0)
+	r.setBusy(false)
+	r.attempts(1)
 }
