@@ -23,7 +23,9 @@ import (
 	"github.com/hotplugd/hotplugd/pkg/cpuonline"
 	"github.com/hotplugd/hotplugd/pkg/daemon"
 	"github.com/hotplugd/hotplugd/pkg/debounce"
+	"github.com/hotplugd/hotplugd/pkg/journal"
 	"github.com/hotplugd/hotplugd/pkg/kubeletctl"
+	"github.com/hotplugd/hotplugd/pkg/kubeletstart"
 	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/kubeletwatch"
 	"github.com/hotplugd/hotplugd/pkg/logging"
@@ -294,9 +296,13 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 	if err != nil {
 		return nil, cleanup, err
 	}
+	record, err := journal.Open(o.StateDir)
+	if err != nil {
+		return nil, cleanup, err
+	}
 	rep, err := nodepatch.New(nodepatch.Options{
 		Client: client, NodeName: node, MinMemoryDelta: o.minMemoryDelta, DryRun: o.DryRun,
-		Log: log, Registerer: metrics.Registry,
+		Log: log, Registerer: metrics.Registry, Journal: record,
 	})
 	if err != nil {
 		return nil, cleanup, err
@@ -312,13 +318,9 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		},
 		Poll: o.KubeletPoll, Log: log,
 	})
-	journal, err := remedy.OpenJournal(o.StateDir)
-	if err != nil {
-		return nil, cleanup, err
-	}
 	mode := remedy.Mode(o.Remedy)
 	var control remedy.Controller
-	if mode == remedy.ModeRestartKubelet || journal.Underway() != nil {
+	if mode == remedy.ModeRestartKubelet || record.Underway() != nil {
 		// A restart left under way by the last hotplugd is finished even
 		// in report mode: the kubelet must run.
 		if control, err = o.control(log); err != nil {
@@ -336,14 +338,14 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		}
 	}
 	log.Info("acting on the node", zap.String("node", node), zap.String("remedy", string(mode)),
-		zap.Bool("dry_run", o.DryRun), zap.String("journal", journal.Path()))
+		zap.Bool("dry_run", o.DryRun), zap.String("journal", record.Path()))
 
 	return func(d *daemon.Daemon) error {
 		pred := &predictor{rep: rep, log: log, grace: o.KubeletGrace}
 		rem, err := remedy.New(remedy.Options{
 			Mode: mode, Settle: o.Settle, Interval: o.RemedyInterval, Timeout: o.RemedyTimeout, DryRun: o.DryRun, KubeletGrace: o.KubeletGrace,
-			Kubelet: watch, Journal: journal, WouldRefuse: wouldRefuse,
-			Control: control, Node: rep, Snapshot: d.FS().Snapshot, Busy: d.Busy,
+			Kubelet: watch, Journal: record, WouldRefuse: wouldRefuse,
+			Control: control, Node: rep, Snapshot: d.FS().Snapshot, Busy: d.Busy, Idle: d.Idle,
 			Log: log, Registerer: metrics.Registry,
 		})
 		if err != nil {
@@ -427,11 +429,21 @@ func (p *predictor) update() {
 	}
 	pr := predict(s, f.Config(), f != nil && f.Kubelet != nil && f.Kubelet.AllocatableIgnoresEviction, p.log)
 	pr.Limit = f.Limit()
+	pr.Key = remedy.Key(pr, f)
 	p.rep.SetPrediction(pr)
 }
 
-// wouldRefuse is the kubelet's start-up verdict on this machine.
+// wouldRefuse is the kubelet's start-up verdict on this machine
+// (pkg/kubeletstart): an error in the kubelet's words when it would refuse
+// to start, nil when it would start or hotplugd cannot judge.
 func wouldRefuse(f *kubeletwatch.Facts, snap *topology.Snapshot) error {
+	err := kubeletstart.Check(kubeletstart.Input{
+		Config: f.Kubelet.Config, AllocatableIgnoresEviction: f.Kubelet.AllocatableIgnoresEviction,
+		Release: f.Release, Snapshot: snap,
+	})
+	if errors.Is(err, kubeletstart.ErrRefused) {
+		return err
+	}
 	return nil
 }
 

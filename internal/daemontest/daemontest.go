@@ -26,11 +26,25 @@ const Package = "github.com/hotplugd/hotplugd/cmd/hotplugd"
 // `go build` from the working directory, which must be inside the module
 // (a test's package directory is).
 func Build(dir string) (string, error) {
-	binary := filepath.Join(dir, "hotplugd")
-	build := exec.Command("go", "build", "-o", binary, Package)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return "", fmt.Errorf("daemontest: building hotplugd: %w", err)
+	return build(filepath.Join(dir, "hotplugd"))
+}
+
+// BuildTags is Build with build tags (e.g. "faultinject", which compiles
+// in internal/faultpoint's pause points), into dir/hotplugd-<tags>, so that
+// it can sit beside the binary Build makes.
+func BuildTags(dir string, tags ...string) (string, error) {
+	if len(tags) == 0 {
+		return Build(dir)
+	}
+	return build(filepath.Join(dir, "hotplugd-"+strings.Join(tags, "-")), "-tags", strings.Join(tags, ","))
+}
+
+func build(binary string, flags ...string) (string, error) {
+	args := append(append([]string{"build"}, flags...), "-o", binary, Package)
+	cmd := exec.Command("go", args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("daemontest: building %s: %w", filepath.Base(binary), err)
 	}
 	return binary, nil
 }
@@ -78,6 +92,18 @@ type Daemon struct {
 // it logged its first snapshot. It is stopped when t ends.
 func Start(t testing.TB, binary string, cred *syscall.Credential, args ...string) *Daemon {
 	t.Helper()
+	return start(t, binary, cred, nil, args)
+}
+
+// StartEnv is Start, as the test, with env (KEY=value) added to the
+// daemon's environment (e.g. internal/faultpoint's HOTPLUGD_FAULTPOINT).
+func StartEnv(t testing.TB, binary string, env []string, args ...string) *Daemon {
+	t.Helper()
+	return start(t, binary, nil, env, args)
+}
+
+func start(t testing.TB, binary string, cred *syscall.Credential, env, args []string) *Daemon {
+	t.Helper()
 	addr := FreeAddr(t)
 	if !slices.Contains(args, "--standalone") && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--state-dir") }) {
 		// The remedy journal of a test's daemon is the test's, never the
@@ -86,7 +112,7 @@ func Start(t testing.TB, binary string, cred *syscall.Credential, args ...string
 	}
 	args = append([]string{"run", "--log-format", "json", "--log-level", "debug", "--metrics-addr", addr}, args...)
 	cmd := exec.Command(binary, args...)
-	cmd.Env = Env()
+	cmd.Env = append(Env(), env...)
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	}
@@ -209,6 +235,39 @@ func (d *Daemon) Dump() string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// Wait waits up to timeout for the daemon to exit, on its own or on a
+// signal the test sent to d.Cmd.Process, reads its log to the end, and
+// returns how it exited. A daemon still running then is an error (and is
+// left to Stop). The end of the log is its standard error closing, which
+// the daemon's children do not hold (pkg/kubeletctl gives its commands a
+// pipe of their own).
+func (d *Daemon) Wait(timeout time.Duration) (*os.ProcessState, error) {
+	if d.Cmd.ProcessState != nil {
+		return d.Cmd.ProcessState, nil
+	}
+	deadline := time.Now().Add(timeout)
+	timer := time.AfterFunc(timeout, func() {
+		d.mu.Lock()
+		d.cond.Broadcast()
+		d.mu.Unlock()
+	})
+	defer timer.Stop()
+	d.mu.Lock()
+	for !d.exited && time.Now().Before(deadline) {
+		d.cond.Wait()
+	}
+	exited := d.exited
+	d.mu.Unlock()
+	if !exited {
+		return nil, fmt.Errorf("daemontest: hotplugd (pid %d) still runs after %v", d.Cmd.Process.Pid, timeout)
+	}
+	err := d.Cmd.Wait()
+	if d.Cmd.ProcessState == nil {
+		return nil, fmt.Errorf("daemontest: waiting for hotplugd: %w", err)
+	}
+	return d.Cmd.ProcessState, nil
 }
 
 // Stop ends the daemon by PID: SIGTERM, then SIGKILL after 5 s. It may be

@@ -13,7 +13,7 @@ import (
 
 	"k8s.io/utils/dump"
 
-	"github.com/hotplugd/hotplugd/pkg/cpumgr/internal/checksum"
+	"github.com/hotplugd/hotplugd/internal/checksum"
 	"github.com/hotplugd/hotplugd/pkg/cpumgr/internal/state"
 	"github.com/hotplugd/hotplugd/pkg/statefile"
 )
@@ -27,7 +27,7 @@ func v1File(t *testing.T, def string, entries map[string]string) []byte {
 		entries = map[string]string{}
 	}
 	cp := &state.CPUManagerCheckpointV1{PolicyName: "static", DefaultCPUSet: def, Entries: entries}
-	cp.Checksum = checksum.Checksum(fnv32a(strings.Replace(dump.ForHash(cp), "CPUManagerCheckpointV1", "CPUManagerCheckpoint", 1)))
+	cp.Checksum = checksum.Checksum(checksum.Of(strings.Replace(dump.ForHash(cp), "CPUManagerCheckpointV1", "CPUManagerCheckpoint", 1)))
 	b, err := jsonMarshal(cp)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"slices"
 	"strings"
@@ -12,7 +11,7 @@ import (
 	"k8s.io/utils/cpuset"
 	"k8s.io/utils/dump"
 
-	"github.com/hotplugd/hotplugd/pkg/cpumgr/internal/checksum"
+	"github.com/hotplugd/hotplugd/internal/checksum"
 	"github.com/hotplugd/hotplugd/pkg/cpumgr/internal/state"
 	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 )
@@ -346,8 +345,8 @@ func (l *loader) loadV2() error {
 		ck := cp.Checksum
 		cp.Checksum = 0
 		d := dump.ForHash(cp)
-		l.v2Std = fnv32a(d)
-		l.v2Legacy = fnv32a(strings.Replace(d, "CPUManagerCheckpointV2", "CPUManagerCheckpoint", 1))
+		l.v2Std = checksum.Of(d)
+		l.v2Legacy = checksum.Of(strings.Replace(d, "CPUManagerCheckpointV2", "CPUManagerCheckpoint", 1))
 		cp.Checksum = ck
 	}
 	return nil
@@ -371,7 +370,7 @@ func (l *loader) v1() (*State, error) {
 		cp.Checksum = 0
 		d := strings.Replace(dump.ForHash(cp), "CPUManagerCheckpointV1", "CPUManagerCheckpoint", 1)
 		cp.Checksum = ck
-		if fnv32a(d) != uint64(ck) {
+		if checksum.Of(d) != uint64(ck) {
 			return nil, &LoadError{Kubelet: corrupted}
 		}
 	}
@@ -429,14 +428,8 @@ func parseSets(def string, entries map[string]map[string]string) (cpuset.CPUSet,
 	return d, out, nil
 }
 
-func fnv32a(s string) uint64 {
-	h := fnv.New32a()
-	h.Write([]byte(s))
-	return uint64(h.Sum32())
-}
-
 // hashV3 is the kubelet's checksum.New of a V3 checkpoint (Checksum 0).
-func hashV3(cp *state.CPUManagerCheckpoint) uint64 { return fnv32a(dump.ForHash(cp)) }
+func hashV3(cp *state.CPUManagerCheckpoint) uint64 { return checksum.Of(dump.ForHash(cp)) }
 
 // Marshal returns the bytes the kubelet's checkpoint code writes for s: the
 // layout of s.Format (V3, else V2), keys in the kubelet's order, entries and
@@ -471,7 +464,7 @@ func (s *State) Marshal() ([]byte, error) {
 			DefaultCPUSet: s.DefaultCPUSet.String(),
 			Entries:       entries,
 		}
-		cp.Checksum = checksum.Checksum(fnv32a(strings.Replace(dump.ForHash(cp), "CPUManagerCheckpointV2", "CPUManagerCheckpoint", 1)))
+		cp.Checksum = checksum.Checksum(checksum.Of(strings.Replace(dump.ForHash(cp), "CPUManagerCheckpointV2", "CPUManagerCheckpoint", 1)))
 		out = cp
 	case FormatV4:
 		return s.marshalV4(entries)

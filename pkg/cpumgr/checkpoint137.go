@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/cpuset"
 	"k8s.io/utils/dump"
 
-	"github.com/hotplugd/hotplugd/pkg/cpumgr/internal/checksum"
+	"github.com/hotplugd/hotplugd/internal/checksum"
 	"github.com/hotplugd/hotplugd/pkg/cpumgr/internal/state"
 	state134 "github.com/hotplugd/hotplugd/pkg/cpumgr/internal/state134"
 	"github.com/hotplugd/hotplugd/pkg/cpumgr/internal/state137"
@@ -33,7 +33,7 @@ func (l *loader) loadLegacy() (*State, error) {
 	}
 	if ck := cp.Checksum; ck != 0 {
 		cp.Checksum = 0
-		if fnv32a(dump.ForHash(cp)) != uint64(ck) {
+		if checksum.Of(dump.ForHash(cp)) != uint64(ck) {
 			return nil, &LoadError{Kubelet: corrupted}
 		}
 		cp.Checksum = ck
@@ -52,7 +52,7 @@ func (l *loader) load137(gateOn bool) (*State, error) {
 	cp := state137.New()
 	err := unmarshalV4(l.b, cp)
 	if err == nil {
-		if uint64(cp.DataChecksum) == fnv32a(dumpString(cp.Data)) {
+		if uint64(cp.DataChecksum) == checksum.Of(dumpString(cp.Data)) {
 			return fromV4(cp)
 		}
 		err = &LoadError{Kubelet: corrupted}
@@ -67,7 +67,7 @@ func (l *loader) load137(gateOn bool) (*State, error) {
 		ck := uint64(v3.Checksum)
 		v3.Checksum = 0
 		d := dump.ForHash(v3)
-		if ck == fnv32a(d) || ck == fnv32a(strings.Replace(d, "CPUManagerCheckpoint", "CPUManagerCheckpointV3", 1)) {
+		if ck == checksum.Of(d) || ck == checksum.Of(strings.Replace(d, "CPUManagerCheckpoint", "CPUManagerCheckpointV3", 1)) {
 			s, err := from137(FormatV3, v3.PolicyName, v3.DefaultCPUSet, v3.Entries)
 			if err != nil {
 				return nil, err
@@ -188,12 +188,12 @@ func (s *State) marshalV4(entries map[string]map[string]string) ([]byte, error) 
 		return nil, fmt.Errorf("cpumgr: marshal: %w", err)
 	}
 	cp.Data = string(data)
-	cp.DataChecksum = checksum.Checksum(fnv32a(dumpString(cp.Data)))
+	cp.DataChecksum = checksum.Checksum(checksum.Of(dumpString(cp.Data)))
 	cp.PolicyName = cp.CheckpointData.PolicyName
 	cp.DefaultCPUSet = cp.CheckpointData.DefaultCPUSet
 	cp.Entries = cp.CheckpointData.Entries
 	cp.Checksum = 0
-	cp.Checksum = checksum.Checksum(fnv32a(strings.Replace(dump.ForHash(&cp.CPUManagerCheckpointV2), "CPUManagerCheckpointV2", "CPUManagerCheckpoint", 1)))
+	cp.Checksum = checksum.Checksum(checksum.Of(strings.Replace(dump.ForHash(&cp.CPUManagerCheckpointV2), "CPUManagerCheckpointV2", "CPUManagerCheckpoint", 1)))
 	b, err := json.Marshal(*cp)
 	if err != nil {
 		return nil, fmt.Errorf("cpumgr: marshal: %w", err)

@@ -96,10 +96,15 @@ func (c Config) policy() string {
 
 // NewConfig returns the CPU manager configuration of a kubelet of release
 // rel running with kc on the machine snap, its state file at path ("" for
-// DefaultPath). For the static policy it checks the policy options as that
-// release does and computes the reserved CPUs (ReservedCPUs); an error is a
-// configuration the kubelet would refuse to start with, or one whose
-// reserved CPUs hotplugd cannot predict.
+// DefaultPath). It checks what the kubelet checks when it creates its CPU
+// manager (cpumanager.NewManager and, for the static policy,
+// NewStaticPolicy, in their order): the policy, the reservation, the policy
+// options as that release knows them and how they fit the machine and the
+// topology manager's policy, and the reserved CPUs (ReservedCPUs). A
+// configuration the kubelet refuses is a *ConfigError (ErrConfig) with the
+// kubelet's words, or, for a reservation the kubelet cannot even parse, an
+// error wrapping ErrConfig in hotplugd's words; one whose reserved CPUs
+// hotplugd cannot predict wraps ErrCannotPredict.
 func NewConfig(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot, path string, rel *kubeletversion.Release) (Config, error) {
 	if rel == nil {
 		return Config{}, errors.New("cpumgr: no kubelet release (programmer error)")
@@ -115,12 +120,12 @@ func NewConfig(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot,
 	switch cfg.Policy {
 	case PolicyNone:
 		if len(kc.CPUManagerPolicyOptions) > 0 {
-			return Config{}, fmt.Errorf("cpumgr: None policy: received unsupported options=%v", kc.CPUManagerPolicyOptions)
+			return Config{}, &ConfigError{Kubelet: fmt.Sprintf("new none policy error: None policy: received unsupported options=%v", kc.CPUManagerPolicyOptions)}
 		}
 		return cfg, nil
 	case PolicyStatic:
 	default:
-		return Config{}, fmt.Errorf("cpumgr: unknown policy: \"%s\"", cfg.Policy)
+		return Config{}, &ConfigError{Kubelet: fmt.Sprintf("unknown policy: \"%s\"", cfg.Policy)}
 	}
 	opts, err := staticOptions(kc, rel)
 	if err != nil {
@@ -133,10 +138,17 @@ func NewConfig(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot,
 	return cfg, nil
 }
 
+// staticError is NewStaticPolicy's error as NewManager returns it.
+func staticError(format string, a ...any) *ConfigError {
+	return &ConfigError{Kubelet: "new static policy error: " + fmt.Sprintf(format, a...)}
+}
+
 // staticOptions parses cpuManagerPolicyOptions with the rules of release
 // rel (NewStaticPolicyOptions): known names, options of alpha and beta level
 // (the release's table) only with their feature gates, boolean values, no
-// incompatible pairs.
+// incompatible pairs. The kubelet takes the options in its map's order;
+// they are taken here in name order, so of two bad options the one named
+// may differ.
 func staticOptions(kc *kubeletv1beta1.KubeletConfiguration, rel *kubeletversion.Release) (map[string]bool, error) {
 	opts := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(kc.CPUManagerPolicyOptions)) {
@@ -145,19 +157,19 @@ func staticOptions(kc *kubeletv1beta1.KubeletConfiguration, rel *kubeletversion.
 		switch {
 		case known && stage == kubeletversion.Alpha:
 			if !rel.Enabled(kc.FeatureGates, kubeletversion.GateCPUManagerPolicyAlphaOptions) {
-				return nil, fmt.Errorf("cpumgr: CPU Manager Policy Alpha-level Options not enabled, but option %q provided", name)
+				return nil, staticError("CPU Manager Policy Alpha-level Options not enabled, but option %q provided", name)
 			}
 		case known && stage == kubeletversion.Beta:
 			if !rel.Enabled(kc.FeatureGates, kubeletversion.GateCPUManagerPolicyBetaOptions) {
-				return nil, fmt.Errorf("cpumgr: CPU Manager Policy Beta-level Options not enabled, but option %q provided", name)
+				return nil, staticError("CPU Manager Policy Beta-level Options not enabled, but option %q provided", name)
 			}
 		case known:
 		default:
-			return nil, fmt.Errorf("cpumgr: unknown CPU Manager Policy option: %q", name)
+			return nil, staticError("unknown CPU Manager Policy option: %q", name)
 		}
 		b, err := strconv.ParseBool(value)
 		if err != nil {
-			return nil, fmt.Errorf("cpumgr: bad value for option %q: %w", name, err)
+			return nil, staticError("bad value for option %q: %v", name, err)
 		}
 		opts[name] = b
 	}
@@ -168,10 +180,27 @@ func staticOptions(kc *kubeletv1beta1.KubeletConfiguration, rel *kubeletversion.
 		{optPreferAlignByUncoreCache, optDistributeCPUsAcrossNUMA},
 	} {
 		if opts[pair[0]] && opts[pair[1]] {
-			return nil, fmt.Errorf("cpumgr: static policy options %s and %s can not be used at the same time", pair[0], pair[1])
+			return nil, staticError("static policy options %s and %s can not be used at the same time", pair[0], pair[1])
 		}
 	}
 	return opts, nil
+}
+
+// checkOptionsFit is ValidateStaticPolicyOptions: align-by-socket does not
+// go with the topology manager's single-numa-node policy, nor with a machine
+// that has more sockets than NUMA nodes.
+func checkOptionsFit(opts map[string]bool, kc *kubeletv1beta1.KubeletConfiguration, topo *cpuTopology) error {
+	if !opts[optAlignBySocket] {
+		return nil
+	}
+	if kc.TopologyManagerPolicy == kubeletv1beta1.SingleNumaNodeTopologyManagerPolicy {
+		// (sic: the kubelet's spelling.)
+		return staticError("Topolgy manager %s policy is incompatible with CPUManager %s policy option", kubeletv1beta1.SingleNumaNodeTopologyManagerPolicy, optAlignBySocket)
+	}
+	if topo.numSockets > topo.numNUMANodes {
+		return staticError("Align by socket is not compatible with hardware where number of sockets are more than number of NUMA")
+	}
+	return nil
 }
 
 // ReservedCPUs returns the CPUs the kubelet's static policy reserves on the
@@ -180,40 +209,56 @@ func staticOptions(kc *kubeletv1beta1.KubeletConfiguration, rel *kubeletversion.
 // kubeReserved.cpu) CPUs, taken with the static policy's topology-aware
 // order (whole NUMA nodes and sockets, then whole cores, lowest first: 2 CPUs
 // on 4 cores x 2 threads with siblings n and n+4 are {0,4}). The static
-// policy requires a reservation greater than zero.
+// policy requires a cpu reservation. Its errors are NewConfig's, in the
+// kubelet's order: reservedSystemCPUs (getReservedCPUs), the reservation
+// (NewManager), the options and how they fit (NewStaticPolicy), the reserved
+// CPUs taken.
 //
 // The choice depends on the machine, so it can move when CPUs are added or
 // removed; PlanRebuild handles that. hotplugd does not predict the choice
 // under the distribute-cpus-across-numa and prefer-align-cpus-by-uncorecache
-// options (an error asks for reservedSystemCPUs instead).
+// options (an error wrapping ErrCannotPredict asks for reservedSystemCPUs
+// instead).
 func ReservedCPUs(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapshot, rel *kubeletversion.Release) (cpuset.CPUSet, error) {
 	topo := kubeletTopology(snap)
+	var specific cpuset.CPUSet
 	if kc.ReservedSystemCPUs != "" {
 		reserved, err := cpuset.Parse(kc.ReservedSystemCPUs)
 		if err != nil {
-			return cpuset.New(), fmt.Errorf("cpumgr: unable to parse reserved-cpus list: %w", err)
+			return cpuset.New(), &ConfigError{Kubelet: fmt.Sprintf("unable to parse reserved-cpus list: %s", err)}
 		}
 		if all := topo.all(); !reserved.IsSubsetOf(all) {
-			return cpuset.New(), fmt.Errorf("cpumgr: reserved-cpus: %s is not a subset of online-cpus: %s", kc.ReservedSystemCPUs, all)
+			return cpuset.New(), &ConfigError{Kubelet: fmt.Sprintf("reserved-cpus: %s is not a subset of online-cpus: %s", kc.ReservedSystemCPUs, all)}
 		}
-		return reserved, nil
+		specific = reserved
 	}
 	reservation, err := snap.Reservation(kc)
 	if err != nil {
-		return cpuset.New(), fmt.Errorf("cpumgr: %w", err)
+		return cpuset.New(), fmt.Errorf("cpumgr: %w: %w", ErrConfig, err)
 	}
 	q, ok := reservation[v1.ResourceCPU]
-	if !ok || q.IsZero() {
-		return cpuset.New(), fmt.Errorf("cpumgr: [cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero")
+	switch {
+	case !ok:
+		// GetNodeAllocatableReservation leaves out what adds up to zero.
+		return cpuset.New(), &ConfigError{Kubelet: "[cpumanager] unable to determine reserved CPU resources for static policy"}
+	case q.IsZero():
+		return cpuset.New(), &ConfigError{Kubelet: "[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero"}
 	}
 	n := int(math.Ceil(float64(q.MilliValue()) / 1000))
 	opts, err := staticOptions(kc, rel)
 	if err != nil {
 		return cpuset.New(), err
 	}
+	if err := checkOptionsFit(opts, kc, topo); err != nil {
+		return cpuset.New(), err
+	}
+	if specific.Size() > 0 {
+		// (n is specific's size: it replaced the cpu reservations.)
+		return specific, nil
+	}
 	for _, o := range []string{optDistributeCPUsAcrossNUMA, optPreferAlignByUncoreCache} {
 		if opts[o] {
-			return cpuset.New(), fmt.Errorf("cpumgr: cannot predict the CPUs the kubelet reserves with the %s option: set reservedSystemCPUs", o)
+			return cpuset.New(), fmt.Errorf("cpumgr: %w with the %s option: set reservedSystemCPUs", ErrCannotPredict, o)
 		}
 	}
 	strategy := sortPacked
@@ -223,7 +268,12 @@ func ReservedCPUs(kc *kubeletv1beta1.KubeletConfiguration, snap *topology.Snapsh
 	// NewStaticPolicy ignores takeByTopology's error and checks the size.
 	reserved, _ := takeByTopology(topo, topo.all(), n, strategy)
 	if reserved.Size() != n {
-		return cpuset.New(), fmt.Errorf("cpumgr: [cpumanager] unable to reserve the required amount of CPUs (size of %s did not equal %d)", reserved, n)
+		return cpuset.New(), staticError("[cpumanager] unable to reserve the required amount of CPUs (size of %s did not equal %d)", reserved, n)
 	}
 	return reserved, nil
 }
+
+// KubeletCPUs are the CPUs the kubelet sees on snap: what getReservedCPUs
+// and the CPU manager take as the online CPUs (cpumanager/topology
+// Discover's CPUDetails.CPUs()).
+func KubeletCPUs(snap *topology.Snapshot) cpuset.CPUSet { return kubeletCPUs(snap) }

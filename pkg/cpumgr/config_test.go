@@ -1,9 +1,12 @@
 package cpumgr
 
 import (
-	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/hotplugd/hotplugd/internal/fixturegen"
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 
 	"github.com/google/go-cmp/cmp"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -90,6 +93,68 @@ func TestNewConfig(t *testing.T) {
 			tt.want.Release = rel
 			if diff := cmp.Diff(tt.want, got, cmp.Comparer(cpuset.CPUSet.Equals)); diff != "" {
 				t.Errorf("unexpected config (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestNewConfigRefusals: a configuration the kubelet refuses is a
+// *ConfigError with the kubelet's words (as cpumanager.NewManager and
+// getReservedCPUs return them); one hotplugd cannot predict is
+// ErrCannotPredict, not a refusal.
+func TestNewConfigRefusals(t *testing.T) {
+	alignBySocket := func(kc *kubeletv1beta1.KubeletConfiguration) {
+		kc.FeatureGates = map[string]bool{"CPUManagerPolicyAlphaOptions": true}
+		kc.CPUManagerPolicyOptions = map[string]string{"align-by-socket": "true"}
+	}
+	// Two sockets in one NUMA node.
+	twoSockets := fixturegen.Machine{Sockets: 2, CoresPerSocket: 2, ThreadsPerCore: 1, Nodes: []fixturegen.Node{{CPUs: fixturegen.CPUs(0, 3), MemTotalKB: 8 << 20}}}
+	for _, tt := range []struct {
+		name    string
+		m       fixturegen.Machine
+		kc      *kubeletv1beta1.KubeletConfiguration
+		kubelet string // the ConfigError's words; "" for none
+		predict bool   // ErrCannotPredict
+	}{
+		{"no cpu reservation", machine(4, 1), kubelet(""), "[cpumanager] unable to determine reserved CPU resources for static policy", false},
+		{"none with options", machine(4, 1), kubelet("", func(kc *kubeletv1beta1.KubeletConfiguration) {
+			kc.CPUManagerPolicy = PolicyNone
+			kc.CPUManagerPolicyOptions = map[string]string{"full-pcpus-only": "true"}
+		}), "new none policy error: None policy: received unsupported options=map[full-pcpus-only:true]", false},
+		{"unknown option", machine(4, 1), kubelet("1", func(kc *kubeletv1beta1.KubeletConfiguration) {
+			kc.CPUManagerPolicyOptions = map[string]string{"pin-harder": "true"}
+		}), `new static policy error: unknown CPU Manager Policy option: "pin-harder"`, false},
+		{"reserved CPU offline", machine(4, 1, 3), kubelet("", func(kc *kubeletv1beta1.KubeletConfiguration) { kc.ReservedSystemCPUs = "3" }),
+			"reserved-cpus: 3 is not a subset of online-cpus: 0-2", false},
+		{"more than there are", machine(2, 1), kubelet("3"), "new static policy error: [cpumanager] unable to reserve the required amount of CPUs (size of  did not equal 3)", false},
+		{"align-by-socket, single-numa-node", machine(4, 1), kubelet("1", alignBySocket, func(kc *kubeletv1beta1.KubeletConfiguration) {
+			kc.TopologyManagerPolicy = "single-numa-node"
+		}), "new static policy error: Topolgy manager single-numa-node policy is incompatible with CPUManager align-by-socket policy option", false},
+		{"align-by-socket, more sockets than NUMA nodes", twoSockets, kubelet("1", alignBySocket),
+			"new static policy error: Align by socket is not compatible with hardware where number of sockets are more than number of NUMA", false},
+		{"align-by-socket, one socket", machine(4, 1), kubelet("1", alignBySocket), "", false},
+		{"distribute-cpus-across-numa", machine(4, 1), kubelet("1", func(kc *kubeletv1beta1.KubeletConfiguration) {
+			kc.CPUManagerPolicyOptions = map[string]string{"distribute-cpus-across-numa": "true"}
+		}), "", true},
+		{"distribute-cpus-across-numa with reservedSystemCPUs", machine(4, 1), kubelet("", func(kc *kubeletv1beta1.KubeletConfiguration) {
+			kc.ReservedSystemCPUs = "0"
+			kc.CPUManagerPolicyOptions = map[string]string{"distribute-cpus-across-numa": "true"}
+		}), "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewConfig(tt.kc, snapshot(t, tt.m), "", rel136)
+			var ce *ConfigError
+			switch {
+			case tt.kubelet != "":
+				if !errors.As(err, &ce) || ce.Kubelet != tt.kubelet || !errors.Is(err, ErrConfig) {
+					t.Fatalf("NewConfig() error = %v, want the kubelet's %q", err, tt.kubelet)
+				}
+			case tt.predict:
+				if !errors.Is(err, ErrCannotPredict) || errors.Is(err, ErrConfig) {
+					t.Fatalf("NewConfig() error = %v, want ErrCannotPredict", err)
+				}
+			case err != nil:
+				t.Fatalf("NewConfig() error: %v", err)
 			}
 		})
 	}

@@ -3,34 +3,59 @@ package cpumgr
 import (
 	"errors"
 	"fmt"
+
+	"github.com/hotplugd/hotplugd/internal/kubeletstate"
 )
 
+// The verdicts; those shared with pkg/memmgr are package kubeletstate's.
 var (
 	// ErrCorrupt is a file the kubelet would not load: not JSON, a field of
 	// the wrong type, an unparsable CPU list, or a checksum that does not
 	// verify ("checkpoint is corrupted" in the kubelet's words). See
 	// LoadError.
-	ErrCorrupt = errors.New("corrupt checkpoint")
+	ErrCorrupt = kubeletstate.ErrCorrupt
 	// ErrUnknownFormat is JSON that is not a cpu_manager_state checkpoint at
 	// all: not an object, or an object without policyName.
 	ErrUnknownFormat = errors.New("not a cpu_manager_state checkpoint")
 	// ErrUnsupportedFormat is a checkpoint in a format hotplugd recognises
 	// but does not rewrite (V1 with assignments, V4). See FormatError.
-	ErrUnsupportedFormat = errors.New("unsupported checkpoint format")
+	ErrUnsupportedFormat = kubeletstate.ErrUnsupportedFormat
 	// ErrInvalidState is a state the kubelet would refuse to start with.
 	// See StartError.
-	ErrInvalidState = errors.New("kubelet would refuse the state")
+	ErrInvalidState = kubeletstate.ErrInvalidState
 	// ErrPolicyChanged is a checkpoint written under another CPU manager
 	// policy than the one configured. It is also an ErrInvalidState.
-	ErrPolicyChanged = errors.New("cpu manager policy changed")
+	ErrPolicyChanged = kubeletstate.ErrPolicyChanged
 	// ErrNeedsDrain is a rebuild that would drop an assignment whose CPUs
 	// are gone or now reserved: the plan that comes with it lists the pods
 	// to drain before planning again with Config.AllowDrop.
-	ErrNeedsDrain = errors.New("assignments cannot be kept: drain their pods first")
+	ErrNeedsDrain = kubeletstate.ErrNeedsDrain
 	// ErrUnrepairable is a state no rebuild can make valid for the kubelet
 	// (the kubelet's own choice of CPUs leaves nothing valid to write).
 	ErrUnrepairable = errors.New("state cannot be rebuilt")
+	// ErrConfig is a CPU manager configuration the kubelet refuses to start
+	// with, whatever its state file holds (NewConfig). See ConfigError.
+	ErrConfig = kubeletstate.ErrConfig
+	// ErrCannotPredict is a configuration the kubelet may well start with
+	// but whose reserved CPUs hotplugd does not predict (NewConfig): the
+	// state file cannot be judged. Not a refusal.
+	ErrCannotPredict = kubeletstate.ErrCannotPredict
 )
+
+// ConfigError is a CPU manager configuration the kubelet refuses: Kubelet
+// is the error the kubelet returns, word for word (from getReservedCPUs in
+// cmd/kubelet/app for reservedSystemCPUs, else from cpumanager.NewManager;
+// the kubelet exits with it, wrapped as "failed to run Kubelet: ...").
+type ConfigError struct {
+	Kubelet string
+}
+
+func (e *ConfigError) Error() string {
+	return "cpumgr: the kubelet would refuse its configuration: " + e.Kubelet
+}
+
+// Is reports ErrConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
 
 // LoadError is a checkpoint the kubelet's loader refuses. Kubelet is the
 // reason in the kubelet's words, e.g. "checkpoint is corrupted" or

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/hotplugd/hotplugd/internal/kubeletstate"
 	"github.com/hotplugd/hotplugd/pkg/statefile"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
@@ -302,9 +303,27 @@ func ReadFile(path string) (*State, error) {
 // Apply writes the plan's new state to its path, after a timestamped backup
 // of the file there, atomically (statefile.Write). It returns the backup's
 // path; a plan without change writes nothing and returns "".
-func Apply(p *Plan, now time.Time) (backup string, err error) {
+func Apply(p *Plan, now time.Time) (backup string, err error) { return p.Apply(now) }
+
+var _ kubeletstate.Plan = (*Plan)(nil)
+
+// NeedsRewrite says the file must be rewritten (Changed).
+func (p *Plan) NeedsRewrite() bool { return p.Changed }
+
+// Blocked says the plan would drop assignments the operator has not
+// allowed to drop (NeedsDrain without Dropped).
+func (p *Plan) Blocked() bool { return len(p.NeedsDrain) > 0 && !p.Dropped }
+
+// Apply writes the plan's new state to its path, after a timestamped backup
+// of the file there, atomically (statefile.Write), and returns the backup's
+// path. A plan without change writes nothing and returns ""; a blocked one
+// fails with ErrNeedsDrain.
+func (p *Plan) Apply(now time.Time) (backup string, err error) {
 	if !p.Changed {
 		return "", nil
+	}
+	if p.Blocked() {
+		return "", fmt.Errorf("cpumgr: %s: %w: %d assignment(s)", p.Path, ErrNeedsDrain, len(p.NeedsDrain))
 	}
 	if p.New == nil {
 		return "", errors.New("cpumgr: the plan cannot be applied")

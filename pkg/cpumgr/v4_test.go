@@ -11,6 +11,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/cpuset"
 
+	"github.com/hotplugd/hotplugd/internal/checksum"
 	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 )
 
@@ -149,7 +150,7 @@ func mustField(t *testing.T, b []byte, key string) string {
 // fixDataChecksum sets dataChecksum to the payload's, as a writer would.
 func fixDataChecksum(t *testing.T, b []byte) []byte {
 	t.Helper()
-	return editJSON(t, b, "dataChecksum", fnv32a(dumpString(mustField(t, b, "data"))))
+	return editJSON(t, b, "dataChecksum", checksum.Of(dumpString(mustField(t, b, "data"))))
 }
 
 // TestV4Rebuild: a 1.37 kubelet's file after a CPU is added: the rebuild

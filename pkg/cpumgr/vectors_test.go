@@ -222,7 +222,7 @@ func TestReservedCPUs(t *testing.T) {
 		{"offline CPU: the smaller socket first", fixturegen.Machine{Sockets: 2, CoresPerSocket: 2, ThreadsPerCore: 2, OfflineCPUs: []int{7},
 			Nodes: []fixturegen.Node{{CPUs: []int{0, 1, 4, 5}, MemTotalKB: 1 << 20}, {CPUs: []int{2, 3, 6, 7}, MemTotalKB: 1 << 20}}},
 			kubelet("1"), "3", ""},
-		{"no reservation", machine(4, 1), kubelet(""), "", "the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero"},
+		{"no reservation", machine(4, 1), kubelet(""), "", "[cpumanager] unable to determine reserved CPU resources for static policy"},
 		{"reservedSystemCPUs offline", machine(4, 1, 3), kubelet("", func(kc *kubeletv1beta1.KubeletConfiguration) {
 			kc.ReservedSystemCPUs = "3"
 		}), "", "not a subset of online-cpus"},

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"slices"
 	"strings"
@@ -12,8 +11,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/dump"
 
+	"github.com/hotplugd/hotplugd/internal/checksum"
 	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
-	"github.com/hotplugd/hotplugd/pkg/memmgr/internal/checksum"
 	"github.com/hotplugd/hotplugd/pkg/memmgr/state"
 	v134 "github.com/hotplugd/hotplugd/pkg/memmgr/state/v134"
 	v137 "github.com/hotplugd/hotplugd/pkg/memmgr/state/v137"
@@ -347,7 +346,7 @@ func orEmptyEntries(m state.ContainerMemoryAssignments) state.ContainerMemoryAss
 func hashV2(cp *state.MemoryManagerCheckpoint) uint64 {
 	c := *cp
 	c.Checksum = 0
-	return fnv32a(dump.ForHash(&c))
+	return checksum.Of(dump.ForHash(&c))
 }
 
 // hashV1Legacy is what kubelets write for the V1 fields (FormatV1, and
@@ -358,7 +357,7 @@ func hashV2(cp *state.MemoryManagerCheckpoint) uint64 {
 func hashV1Legacy(cp *state.MemoryManagerCheckpointV1) uint64 {
 	c := *cp
 	c.Checksum = 0
-	return fnv32a(strings.Replace(dump.ForHash(&c), "MemoryManagerCheckpointV1", "MemoryManagerCheckpoint", 1))
+	return checksum.Of(strings.Replace(dump.ForHash(&c), "MemoryManagerCheckpointV1", "MemoryManagerCheckpoint", 1))
 }
 
 // hashV1Name is the V1 layout under its own type name, which kubelet 1.36
@@ -366,22 +365,16 @@ func hashV1Legacy(cp *state.MemoryManagerCheckpointV1) uint64 {
 func hashV1Name(cp *state.MemoryManagerCheckpointV1) uint64 {
 	c := *cp
 	c.Checksum = 0
-	return fnv32a(dump.ForHash(&c))
+	return checksum.Of(dump.ForHash(&c))
 }
 
 // hashData is kubelet 1.37's dataChecksum, checksum.New(data): the hash of
 // the dump of the data string.
 func hashData(data string) uint64 {
-	return fnv32a(dump.ForHash(data))
+	return checksum.Of(dump.ForHash(data))
 }
 
 func checksumOf(h uint64) checksum.Checksum { return checksum.Checksum(h) }
-
-func fnv32a(s string) uint64 {
-	h := fnv.New32a()
-	h.Write([]byte(s))
-	return uint64(h.Sum32())
-}
 
 // Clone returns a deep copy of s.
 func (s *State) Clone() *State {

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"k8s.io/utils/dump"
+
+	"github.com/hotplugd/hotplugd/internal/checksum"
 )
 
 // TestChecksumInput pins what the checksum is computed over: the spew dump
@@ -33,7 +35,7 @@ func TestChecksumInput(t *testing.T) {
 	if got := dump.ForHash(`{"policyName":"None"}`); got != `(string){"policyName":"None"}` {
 		t.Errorf("data dump %q", got)
 	}
-	if got := hashData(`{"policyName":"None"}`); got != fnv32a(`(string){"policyName":"None"}`) {
+	if got := hashData(`{"policyName":"None"}`); got != checksum.Of(`(string){"policyName":"None"}`) {
 		t.Errorf("dataChecksum %d", got)
 	}
 }

@@ -102,7 +102,9 @@ func NewConfigWithFlags(kc *kubeletv1beta1.KubeletConfiguration, flags KubeletFl
 		}
 		r, err := reservation(kc)
 		if err != nil {
-			return Config{}, fmt.Errorf("memmgr: %w", err)
+			// Refused by the kubelet before its memory manager (a
+			// reservation it cannot parse, reservedSystemCPUs offline).
+			return Config{}, fmt.Errorf("memmgr: %w: %w", ErrConfig, err)
 		}
 		cfg.NodeAllocatableReservation = r
 	}
@@ -132,11 +134,39 @@ func (r systemReserved) get(node int, name v1.ResourceName) uint64 {
 	return r[node][name]
 }
 
+// CheckConfig returns what the kubelet's memory manager says of cfg on the
+// machine snap when the kubelet creates it (memorymanager.NewManager), before
+// it reads any state file: nil when it accepts it, else a *KubeletError of
+// Kind ErrConfig with the kubelet's words (an unknown policy; for the
+// Static policy, reservedMemory naming a NUMA node the machine does not
+// have, not adding up to the node allocatable reservation, or reserving no
+// memory).
+func CheckConfig(snap *topology.Snapshot, cfg Config) error {
+	_, err := checkConfig(snap, cfg)
+	return err
+}
+
+// NUMANodes are the ids of the NUMA nodes the kubelet knows on snap (its
+// machine info's topology, which its topology and memory managers take):
+// the machine's NUMA nodes, or, on a machine without any, one per CPU
+// package, as cAdvisor makes them.
+func NUMANodes(snap *topology.Snapshot) []int {
+	nodes := kubeletNodes(snap)
+	ids := make([]int, len(nodes))
+	for i, n := range nodes {
+		ids[i] = n.ID
+	}
+	return ids
+}
+
 // checkPolicy returns the kubelet's error for a policy it does not know.
 func checkPolicy(cfg Config) error {
 	switch cfg.Policy {
 	case PolicyNone, PolicyStatic:
 		return nil
+	case "BestEffort":
+		// Windows only: on Linux the kubelet knows it and refuses it.
+		return &KubeletError{Kind: ErrConfig, Kubelet: fmt.Sprintf("policy %q is not available for platform %q", cfg.Policy, "linux")}
 	}
 	return &KubeletError{Kind: ErrConfig, Kubelet: fmt.Sprintf("unknown policy: %q", cfg.Policy)}
 }

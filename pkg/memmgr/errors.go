@@ -1,37 +1,45 @@
 package memmgr
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/hotplugd/hotplugd/internal/kubeletstate"
 )
 
 // Errors a KubeletError unwraps to, to tell apart with errors.Is what a
 // person has to do about it.
 var (
+	// ErrCorrupt: the kubelet's checkpoint loader refuses the file: it
+	// cannot decode it (ErrInvalid), or the checksum does not verify.
+	ErrCorrupt = kubeletstate.ErrCorrupt
 	// ErrInvalid: the file is not a memory_manager_state the kubelet can
-	// decode (truncated, not JSON, wrong types).
-	ErrInvalid = errors.New("not a valid memory_manager_state")
-	// ErrCorrupt: the checksum does not verify.
-	ErrCorrupt = errors.New("checksum does not verify")
+	// decode (truncated, not JSON, wrong types). Also an ErrCorrupt.
+	ErrInvalid = fmt.Errorf("not a valid memory_manager_state: %w", kubeletstate.ErrCorrupt)
 	// ErrUnsupportedFormat: a layout no known kubelet writes (Parse: a file
 	// none of them accepts, with a field none of them knows; Marshal: an
 	// unknown Format), or a Config whose release has a layout hotplugd does
 	// not know. Callers step aside: the kubelet judges such a file itself.
-	ErrUnsupportedFormat = errors.New("unsupported memory_manager_state format")
-	// ErrPolicy: the file was written under another memoryManagerPolicy.
-	ErrPolicy = errors.New("memory manager policy changed")
+	ErrUnsupportedFormat = kubeletstate.ErrUnsupportedFormat
+	// ErrPolicyChanged: the file was written under another
+	// memoryManagerPolicy.
+	ErrPolicyChanged = kubeletstate.ErrPolicyChanged
+	// ErrPolicy is ErrPolicyChanged, under its older name.
+	ErrPolicy = ErrPolicyChanged
 	// ErrConfig: the kubelet's memory manager configuration does not fit
 	// this machine; no state file can fix it.
-	ErrConfig = errors.New("memory manager configuration refused")
+	ErrConfig = kubeletstate.ErrConfig
+	// ErrInvalidState: a state the kubelet refuses at start; the Kinds
+	// ErrMachineState and ErrAssignment are ones.
+	ErrInvalidState = kubeletstate.ErrInvalidState
 	// ErrMachineState: the file's machineState is not what the kubelet
 	// computes for this machine and these assignments. PlanRebuild repairs
 	// it.
-	ErrMachineState = errors.New("machine state differs from the machine")
+	ErrMachineState = fmt.Errorf("machine state differs from the machine: %w", kubeletstate.ErrInvalidState)
 	// ErrAssignment: an assignment names a NUMA node or a memory resource
 	// the machine no longer has. PlanRebuild marks it NeedsDrain.
-	ErrAssignment = errors.New("assignment no longer fits the machine")
+	ErrAssignment = fmt.Errorf("assignment no longer fits the machine: %w", kubeletstate.ErrInvalidState)
 	// ErrNeedsDrain: a plan that would drop assignments was not allowed to.
-	ErrNeedsDrain = errors.New("assignments need a drain")
+	ErrNeedsDrain = kubeletstate.ErrNeedsDrain
 )
 
 // KubeletError is a state (or configuration) the kubelet's memory manager

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hotplugd/hotplugd/internal/kubeletstate"
 	"github.com/hotplugd/hotplugd/pkg/memmgr/state"
 	"github.com/hotplugd/hotplugd/pkg/statefile"
 	"github.com/hotplugd/hotplugd/pkg/topology"
@@ -66,6 +67,14 @@ type Plan struct {
 // Blocked reports whether applying the plan would drop assignments the
 // operator has not allowed to drop.
 func (p *Plan) Blocked() bool { return len(p.NeedsDrain) > 0 }
+
+var _ kubeletstate.Plan = (*Plan)(nil)
+
+// NeedsRewrite says the file must be rewritten (Changed).
+func (p *Plan) NeedsRewrite() bool { return p.Changed }
+
+// Apply is Write.
+func (p *Plan) Apply(now time.Time) (backup string, err error) { return p.Write(now) }
 
 // PlanRebuild plans the repair of state s for the machine snap under the
 // kubelet configuration cfg. When the kubelet accepts s (see Validate) the

@@ -22,6 +22,10 @@ type Prediction struct {
 	// release hotplugd does not know: capacity only, no remedy); it is
 	// appended to the condition's message. "" normally.
 	Limit string
+	// Key identifies the prediction with the kubelet's configuration
+	// (remedy.Key): the remedy's journal entries for it are the
+	// condition's note. "" when there is no remedy.
+	Key string
 }
 
 // Field is the part of node.status a difference is in.

@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+
+	"github.com/hotplugd/hotplugd/pkg/journal"
 )
 
 // Options configure a Reporter.
@@ -45,6 +47,12 @@ type Options struct {
 	RetryMin, RetryMax time.Duration
 	// RequestTimeout bounds one request (default 10s).
 	RequestTimeout time.Duration
+	// Journal is the remedy's record (pkg/journal), read like a source: a
+	// restart under way holds the writes (the restarting kubelet's
+	// intermediate reports are not drifts), each new entry is an Event, and
+	// the last entry for the current prediction's key is the condition's
+	// note while the drift lasts. Nil: no remedy.
+	Journal *journal.Journal
 }
 
 // State is what the reporter knows now.
@@ -76,7 +84,8 @@ type Reporter struct {
 
 	mu         sync.Mutex
 	prediction *Prediction
-	note       Note
+	// journaled is the last journal entry sent as an Event.
+	journaled  int64
 	patched    *v1.Node // the Node our last patch returned
 	state      State
 	changed    chan struct{} // closed and replaced when state changes
@@ -84,7 +93,6 @@ type Reporter struct {
 	started    bool          // evented was initialised from the Node
 	noise      string        // the noise last logged
 	dryRunLast string
-	held       bool // Hold: compare and publish, write nothing
 	// holdUntil: a drift is compared and published but not written before
 	// it (HoldUntil).
 	holdUntil time.Time
@@ -155,6 +163,10 @@ func New(o Options) (*Reporter, error) {
 	lw := cache.NewListWatchFromClient(o.Client.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
 		fields.OneTermEqualSelector("metadata.name", o.NodeName))
 	r.informer = cache.NewSharedIndexInformer(lw, &v1.Node{}, 0, cache.Indexers{})
+	if o.Journal != nil {
+		// Entries made before this start were sent by an earlier hotplugd.
+		r.journaled = o.Journal.Seq()
+	}
 	return r, nil
 }
 
@@ -167,25 +179,31 @@ func (r *Reporter) SetPrediction(p Prediction) {
 	r.poke()
 }
 
-// SetNote sets what the remedy adds to the condition while the drift lasts;
-// the zero Note clears it.
-func (r *Reporter) SetNote(n Note) {
-	r.mu.Lock()
-	r.note = n
-	r.mu.Unlock()
-	r.poke()
-}
-
-// Hold stops (true) or resumes (false) writing to the Node, while State
-// keeps following it. The remedy holds across a kubelet restart: a
-// starting kubelet reports its Node in steps (hugepages first, allocatable
-// memory a few milliseconds later), and those steps are not drifts to
-// report. On release the Node is compared and written once.
-func (r *Reporter) Hold(hold bool) {
-	r.mu.Lock()
-	r.held = hold
-	r.mu.Unlock()
-	r.poke()
+// fromJournal reads the remedy's journal: the note for the condition (the
+// last attempt for this prediction, unless it worked), whether a restart is
+// under way (hold the writes), and it sends the Events of new entries.
+func (r *Reporter) fromJournal(pred *Prediction) (note Note, held bool) {
+	j := r.o.Journal
+	if j == nil {
+		return Note{}, false
+	}
+	for _, e := range j.Since(r.journaled) {
+		r.journaled = e.Seq
+		if e.Reason == "" {
+			continue
+		}
+		t := v1.EventTypeNormal
+		if e.Warning {
+			t = v1.EventTypeWarning
+		}
+		r.Event(t, e.Reason, e.Message)
+	}
+	if pred != nil && pred.Key != "" {
+		if e, ok := j.Last(pred.Key); ok && e.Outcome != journal.OutcomeRemediated && e.Reason != "" {
+			note = Note{Reason: e.Reason, Message: e.Message}
+		}
+	}
+	return note, j.Underway() != nil
 }
 
 // HoldUntil gives a kubelet that has just started until t to report its
@@ -260,6 +278,10 @@ func (r *Reporter) Run(ctx context.Context) error {
 	var retryC <-chan time.Time
 	failures := 0
 	for {
+		var journalC <-chan struct{}
+		if r.o.Journal != nil {
+			journalC = r.o.Journal.Changed()
+		}
 		select {
 		case <-ctx.Done():
 			if retry != nil {
@@ -267,6 +289,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 			}
 			return nil
 		case <-r.wake:
+		case <-journalC:
 		case <-retryC:
 			retryC = nil
 		}
@@ -344,8 +367,9 @@ func newer(a, b *v1.Node) bool {
 func (r *Reporter) sync(ctx context.Context) error {
 	node := r.observed()
 	r.mu.Lock()
-	pred, note, held, holdUntil := r.prediction, r.note, r.held, r.holdUntil
+	pred, holdUntil := r.prediction, r.holdUntil
 	r.mu.Unlock()
+	note, held := r.fromJournal(pred)
 	if node == nil || pred == nil {
 		r.publish(State{Node: node, Prediction: pred})
 		if node == nil {

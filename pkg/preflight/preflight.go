@@ -11,9 +11,13 @@ import (
 
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
+	"github.com/hotplugd/hotplugd/internal/kubeletstate"
 	"github.com/hotplugd/hotplugd/pkg/cpumgr"
+	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
+	"github.com/hotplugd/hotplugd/pkg/kubeletstart"
 	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/memmgr"
+	"github.com/hotplugd/hotplugd/pkg/statefile"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
@@ -22,6 +26,12 @@ const (
 	CPUManagerState    = "cpu_manager_state"
 	MemoryManagerState = "memory_manager_state"
 )
+
+// KubeletConfiguration is the File of the result that judges the kubelet's
+// configuration itself on this machine (pkg/kubeletstart). Run reports it
+// only when the kubelet would refuse to start (NeedsPerson) or when it
+// cannot be judged (Unknown).
+const KubeletConfiguration = "kubelet configuration"
 
 // Verdict is the outcome for one state file.
 type Verdict string
@@ -42,10 +52,15 @@ const (
 // Options say where the files are and what may be done.
 type Options struct {
 	// RootDir is the kubelet's root directory (--root-dir), e.g.
-	// /var/lib/kubelet.
+	// /var/lib/kubelet, where hotplugd reaches it.
 	RootDir string
-	// Config is the kubelet's configuration.
+	// Config is the kubelet's effective configuration (file, drop-ins and
+	// flags, as kubeletconfig builds it); nil is a kubelet without a
+	// config file.
 	Config *kubeletv1beta1.KubeletConfiguration
+	// ConfigPath names the kubelet's configuration in the report (its
+	// --config file); "" names none.
+	ConfigPath string
 	// Release is the release row of the kubelet about to start; nil when its
 	// version is unknown (Version says what was found): then Run checks
 	// nothing and rewrites nothing, and every file gets the verdict Unknown.
@@ -65,7 +80,30 @@ type Options struct {
 	Now time.Time
 }
 
-// Result is the outcome for one state file.
+// OptionsFor returns the options that describe the kubelet k, as
+// kubeletconfig.Discover or kubeletconfig.FromArgs read it from its
+// command line: its root directory where hotplugd reaches it
+// (Kubelet.StateDir), its effective configuration and
+// --experimental-allocatable-ignore-eviction. The release, the version and
+// what may be done are the caller's to set. The CLI (`hotplugd preflight
+// -- <kubelet arguments>`) and the daemon's remedy build their options
+// with it, so both judge the kubelet by the same reading of its command
+// line.
+func OptionsFor(k *kubeletconfig.Kubelet) (Options, error) {
+	dir, err := k.StateDir()
+	if err != nil {
+		return Options{}, fmt.Errorf("preflight: %w", err)
+	}
+	return Options{
+		RootDir:                    dir,
+		Config:                     k.Config,
+		ConfigPath:                 k.ConfigPath,
+		AllocatableIgnoresEviction: k.AllocatableIgnoresEviction,
+	}, nil
+}
+
+// Result is the outcome for one state file, or for the kubelet's
+// configuration (File KubeletConfiguration).
 type Result struct {
 	File    string  `json:"file"`
 	Path    string  `json:"path"`
@@ -90,13 +128,19 @@ func (r Report) Warnings() []string {
 	var out []string
 	for _, res := range r.Results {
 		if res.Verdict == Unknown {
-			out = append(out, fmt.Sprintf("%s: not checked, left as it is: %s", res.Path, res.Why))
+			what := res.Path
+			if what == "" {
+				what = res.File
+			}
+			out = append(out, fmt.Sprintf("%s: not checked, left as it is: %s", what, res.Why))
 		}
 	}
 	return out
 }
 
-// NeedsPerson reports whether some file needs a person.
+// NeedsPerson reports whether some file, or the kubelet's configuration,
+// needs a person: the kubelet about to start would refuse to start, and
+// hotplugd cannot safely make it start.
 func (r Report) NeedsPerson() bool {
 	for _, res := range r.Results {
 		if res.Verdict == NeedsPerson {
@@ -110,7 +154,11 @@ func (r Report) NeedsPerson() bool {
 func (r Report) String() string {
 	var b strings.Builder
 	for _, res := range r.Results {
-		fmt.Fprintf(&b, "%s: %s (%s)\n", res.File, res.Verdict, res.Path)
+		if res.Path == "" {
+			fmt.Fprintf(&b, "%s: %s\n", res.File, res.Verdict)
+		} else {
+			fmt.Fprintf(&b, "%s: %s (%s)\n", res.File, res.Verdict, res.Path)
+		}
 		if res.Why != "" {
 			fmt.Fprintf(&b, "  why: %s\n", res.Why)
 		}
@@ -130,10 +178,18 @@ func (r Report) String() string {
 }
 
 // Run checks both state files against snap, for the kubelet release
-// o.Release. Without a release (a kubelet version hotplugd does not know, or
-// none found) it reads nothing but whether each file exists, and reports
-// the files that do as Unknown: hotplugd never blocks or rewrites the files
-// of a kubelet whose rules it does not know.
+// o.Release, and the kubelet's configuration on this machine
+// (kubeletstart.Check). A file the kubelet refuses is repaired when that is
+// safe, and needs a person otherwise; a configuration the kubelet refuses
+// needs a person (hotplugd changes no configuration), and is reported as a
+// third result, in the kubelet's words. Where hotplugd cannot judge (a file
+// it cannot read safely, a layout or a choice of reserved CPUs it does not
+// know) the verdict is Unknown: a warning, never a block.
+//
+// Without a release (a kubelet version hotplugd does not know, or none
+// found) it reads nothing but whether each file exists, and reports the
+// files that do as Unknown: hotplugd never blocks or rewrites the files of
+// a kubelet whose rules it does not know.
 func Run(snap *topology.Snapshot, o Options) Report {
 	if o.Now.IsZero() {
 		o.Now = time.Now()
@@ -141,7 +197,50 @@ func Run(snap *topology.Snapshot, o Options) Report {
 	if o.Release == nil {
 		return Report{Results: []Result{unknownKubelet(CPUManagerState, o), unknownKubelet(MemoryManagerState, o)}}
 	}
-	return Report{Results: []Result{check(cpuManager(snap, o), o), check(memoryManager(snap, o), o)}}
+	if o.Config == nil {
+		o.Config = kubeletconfig.Default()
+	}
+	kr, judged := kubeletResult(snap, o)
+	if judged && kr.Verdict == NeedsPerson {
+		// The kubelet does not start with this configuration whatever
+		// its files hold, and a repair planned for it may not be the one
+		// for the configuration the operator settles on: plan, write
+		// nothing.
+		o.DryRun = true
+	}
+	rep := Report{}
+	for _, f := range stateFiles {
+		rep.Results = append(rep.Results, check(f, snap, o))
+	}
+	if judged {
+		rep.Results = append(rep.Results, kr)
+	}
+	return rep
+}
+
+// kubeletResult judges the kubelet's configuration on snap: a result only
+// when the kubelet would refuse to start (NeedsPerson) or hotplugd cannot
+// tell (Unknown).
+func kubeletResult(snap *topology.Snapshot, o Options) (Result, bool) {
+	res := Result{File: KubeletConfiguration, Path: o.ConfigPath}
+	err := kubeletstart.Check(kubeletstart.Input{Config: o.Config, AllocatableIgnoresEviction: o.AllocatableIgnoresEviction, Release: o.Release, Snapshot: snap})
+	switch rs := kubeletstart.Refusals(err); {
+	case err == nil:
+		return res, false
+	case rs != nil:
+		why := make([]string, len(rs))
+		for i, r := range rs {
+			why[i] = r.Error()
+		}
+		res.Verdict = NeedsPerson
+		res.Why = fmt.Sprintf("kubelet 1.%d would refuse to start on this machine: %s", o.Release.Minor, strings.Join(why, "; "))
+		res.Todo = "fix the kubelet's configuration (its file, drop-ins or flags) for this machine, or bring back what it expects of the machine, then run hotplugd preflight again; hotplugd changes no configuration, and writes no state file while the kubelet refuses its configuration"
+	default:
+		res.Verdict = Unknown
+		res.Why = err.Error()
+		res.Todo = "nothing: the kubelet judges its configuration itself"
+	}
+	return res, true
 }
 
 func unknownKubelet(file string, o Options) Result {
@@ -162,163 +261,123 @@ func unknownKubelet(file string, o Options) Result {
 
 const drainTodo = "drain the node (kubectl drain), then run hotplugd preflight --allow-drop-assignments; or restore the CPUs or memory the pods were using"
 
-// manager is what preflight needs of one state file's package (cpumgr,
-// memmgr), so both files go through the same steps.
-type manager struct {
-	file string
+// stateFile is one of the kubelet's state files as preflight handles it:
+// both go through the same steps (check), each through its package
+// (cpumgr, memmgr), whose plans and verdicts have one shape
+// (internal/kubeletstate).
+type stateFile struct {
+	name string
 	// configTodo says what to fix when the configuration is refused.
 	configTodo string
-	// load reads the file and the manager's configuration; fs.ErrNotExist
-	// when the file is absent, errConfig-wrapped when the configuration is
-	// refused.
-	load func(path string) (loaded, error)
+	// plan reads the file at path (fs.ErrNotExist when it is absent) and
+	// plans it for the kubelet o describes on snap: a plan that needs no
+	// rewrite when the kubelet starts with the file as it is.
+	plan func(snap *topology.Snapshot, o Options, path string) (kubeletstate.Plan, error)
 }
 
-// loaded is one state file read, with its configuration.
-type loaded struct {
-	// validate is the kubelet's start-up verdict.
-	validate func() error
-	// plan plans the rebuild: the plan's text (empty when none), whether
-	// it changes the file, and the error that blocks it.
-	plan func() (text string, changed bool, apply func(time.Time) (string, error), err error)
-}
-
-// errConfig marks a configuration the manager refuses.
-var errConfig = errors.New("configuration refused")
-
-// errPolicy marks a changed policy.
-var errPolicy = errors.New("policy changed")
-
-// errDrain marks assignments that need a drain.
-var errDrain = errors.New("needs drain")
-
-func cpuManager(snap *topology.Snapshot, o Options) manager {
-	return manager{
-		file:       CPUManagerState,
+// stateFiles are the files Run checks, in its report's order.
+var stateFiles = []stateFile{
+	{
+		name:       CPUManagerState,
 		configTodo: "fix the kubelet configuration (cpuManagerPolicy, reservedSystemCPUs, cpuManagerPolicyOptions)",
-		load: func(path string) (loaded, error) {
-			st, err := cpumgr.ReadFile(path)
-			var le *cpumgr.LoadError
-			if errors.As(err, &le) {
-				// Refused by every release: in the words of this one.
-				if cfg, cerr := cpumgr.NewConfig(o.Config, snap, path, o.Release); cerr == nil {
-					err = fmt.Errorf("cpumgr: %s: kubelet 1.%d would refuse it: %s: %w", path, o.Release.Minor, le.KubeletFor(cfg), cpumgr.ErrCorrupt)
-				}
-			}
-			if err != nil {
-				return loaded{}, err
-			}
-			cfg, err := cpumgr.NewConfig(o.Config, snap, path, o.Release)
-			if err != nil {
-				return loaded{}, fmt.Errorf("%w: %w", errConfig, err)
-			}
-			cfg.AllowDrop = o.AllowDrop
-			return loaded{
-				validate: func() error { return cpumgr.Validate(st, snap, cfg) },
-				plan: func() (string, bool, func(time.Time) (string, error), error) {
-					p, err := cpumgr.PlanRebuild(st, snap, cfg)
-					text := ""
-					if p != nil {
-						text = p.String()
-					}
-					switch {
-					case errors.Is(err, cpumgr.ErrNeedsDrain):
-						err = fmt.Errorf("%w: %w", errDrain, err)
-					case errors.Is(err, cpumgr.ErrPolicyChanged):
-						err = fmt.Errorf("%w: %w", errPolicy, err)
-					}
-					if err != nil {
-						return text, false, nil, err
-					}
-					return text, p.Changed, func(now time.Time) (string, error) { return cpumgr.Apply(p, now) }, nil
-				},
-			}, nil
-		},
-	}
-}
-
-func memoryManager(snap *topology.Snapshot, o Options) manager {
-	return manager{
-		file:       MemoryManagerState,
+		plan:       planCPU,
+	},
+	{
+		name:       MemoryManagerState,
 		configTodo: "fix the kubelet configuration (memoryManagerPolicy, reservedMemory, systemReserved, kubeReserved, evictionHard)",
-		load: func(path string) (loaded, error) {
-			st, err := memmgr.ReadFile(path)
-			if err != nil {
-				return loaded{}, err
-			}
-			cfg, err := memmgr.NewConfigWithFlags(o.Config, memmgr.KubeletFlags{AllocatableIgnoresEviction: o.AllocatableIgnoresEviction}, snap, path, o.Release)
-			if err != nil {
-				return loaded{}, fmt.Errorf("%w: %w", errConfig, err)
-			}
-			cfg.AllowDrop = o.AllowDrop
-			return loaded{
-				validate: func() error { return memmgr.Validate(st, snap, cfg) },
-				plan: func() (string, bool, func(time.Time) (string, error), error) {
-					p, err := memmgr.PlanRebuild(st, snap, cfg)
-					text := ""
-					if p != nil {
-						text = p.String()
-					}
-					switch {
-					case errors.Is(err, memmgr.ErrPolicy):
-						err = fmt.Errorf("%w: %w", errPolicy, err)
-					case errors.Is(err, memmgr.ErrConfig):
-						err = fmt.Errorf("%w: %w", errConfig, err)
-					case err == nil && p.Blocked():
-						err = fmt.Errorf("%w: %d assignments no longer fit the machine", errDrain, len(p.NeedsDrain))
-					}
-					if err != nil {
-						return text, false, nil, err
-					}
-					return text, p.Changed, p.Write, nil
-				},
-			}, nil
-		},
-	}
+		plan:       planMemory,
+	},
 }
 
-// check runs one state file through read, validate, plan and apply.
-func check(m manager, o Options) Result {
-	path := filepath.Join(o.RootDir, m.file)
-	res := Result{File: m.file, Path: path}
-	l, err := m.load(path)
+func planCPU(snap *topology.Snapshot, o Options, path string) (kubeletstate.Plan, error) {
+	st, err := cpumgr.ReadFile(path)
+	var le *cpumgr.LoadError
+	if errors.As(err, &le) {
+		// Refused by every release: in the words of this one.
+		if cfg, cerr := cpumgr.NewConfig(o.Config, snap, path, o.Release); cerr == nil {
+			err = fmt.Errorf("cpumgr: %s: kubelet 1.%d would refuse it: %s: %w", path, o.Release.Minor, le.KubeletFor(cfg), cpumgr.ErrCorrupt)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := cpumgr.NewConfig(o.Config, snap, path, o.Release)
+	if err != nil {
+		return nil, err
+	}
+	cfg.AllowDrop = o.AllowDrop
+	p, err := cpumgr.PlanRebuild(st, snap, cfg)
+	if p == nil {
+		return nil, err
+	}
+	return p, err
+}
+
+func planMemory(snap *topology.Snapshot, o Options, path string) (kubeletstate.Plan, error) {
+	st, err := memmgr.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := memmgr.NewConfigWithFlags(o.Config, memmgr.KubeletFlags{AllocatableIgnoresEviction: o.AllocatableIgnoresEviction}, snap, path, o.Release)
+	if err != nil {
+		return nil, err
+	}
+	cfg.AllowDrop = o.AllowDrop
+	p, err := memmgr.PlanRebuild(st, snap, cfg)
+	if p == nil {
+		return nil, err
+	}
+	return p, err
+}
+
+// check runs one state file through read, plan and apply.
+func check(f stateFile, snap *topology.Snapshot, o Options) Result {
+	path := filepath.Join(o.RootDir, f.name)
+	res := Result{File: f.name, Path: path}
+	p, err := f.plan(snap, o, path)
+	if p != nil && (err != nil || p.NeedsRewrite()) {
+		res.Plan = p.String()
+	}
+	if err == nil && p.Blocked() {
+		err = fmt.Errorf("%s: %w (see the plan)", path, kubeletstate.ErrNeedsDrain)
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		res.Verdict = Absent
 		return res
-	case errors.Is(err, errConfig):
-		return needsPerson(res, err, m.configTodo)
-	case errors.Is(err, cpumgr.ErrUnsupportedFormat), errors.Is(err, memmgr.ErrUnsupportedFormat):
+	case errors.Is(err, kubeletstate.ErrUnsupportedFormat):
 		res.Verdict = Unknown
 		res.Why = fmt.Sprintf("a layout hotplugd cannot read, for %s: %v", o.Release, err)
 		res.Todo = "nothing: the kubelet validates the file itself"
 		return res
-	case err != nil:
-		return needsPerson(res, err, unreadableTodo(path))
-	}
-	if l.validate() == nil {
-		res.Verdict = Valid
+	case errors.Is(err, statefile.ErrNotRegular), errors.Is(err, statefile.ErrTooLarge):
+		// A symlink the kubelet would follow, a file larger than any it
+		// writes: hotplugd does not read or rewrite such a thing.
+		res.Verdict = Unknown
+		res.Why = fmt.Sprintf("hotplugd does not read it: %v", err)
+		res.Todo = "nothing: the kubelet judges the file itself; to have hotplugd check it, make it a regular file"
 		return res
-	}
-	text, changed, apply, err := l.plan()
-	res.Plan = text
-	switch {
-	case errors.Is(err, errDrain):
+	case errors.Is(err, kubeletstate.ErrCannotPredict):
+		res.Verdict = Unknown
+		res.Why = err.Error()
+		res.Todo = "nothing: the kubelet judges the file itself; to have hotplugd check it, set reservedSystemCPUs"
+		return res
+	case errors.Is(err, kubeletstate.ErrConfig):
+		return needsPerson(res, err, f.configTodo)
+	case errors.Is(err, kubeletstate.ErrNeedsDrain):
 		return needsPerson(res, err, drainTodo)
-	case errors.Is(err, errPolicy):
-		return needsPerson(res, err, "the "+m.file+" policy changed: drain the node, then delete "+path+" before starting the kubelet")
-	case errors.Is(err, errConfig):
-		return needsPerson(res, err, m.configTodo)
+	case errors.Is(err, kubeletstate.ErrPolicyChanged):
+		return needsPerson(res, err, "the "+f.name+" policy changed: drain the node, then delete "+path+" before starting the kubelet")
 	case err != nil:
 		return needsPerson(res, err, unreadableTodo(path))
-	case !changed:
+	case !p.NeedsRewrite():
 		res.Verdict = Valid
 		return res
 	case o.DryRun:
 		res.Verdict = WouldRepair
 		return res
 	}
-	backup, err := apply(o.Now)
+	backup, err := p.Apply(o.Now)
 	res.Backup = backup
 	if err != nil {
 		return needsPerson(res, err, "check the file system under "+o.RootDir+" (the error says whether the file changed), then run hotplugd preflight again")

@@ -216,3 +216,139 @@ reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]
 }
 
 var rel136 = kubeletversion.ByMinor(36)
+
+func configResult(rep Report) (Result, bool) {
+	for _, r := range rep.Results {
+		if r.File == KubeletConfiguration {
+			return r, true
+		}
+	}
+	return Result{}, false
+}
+
+// TestKubeletConfigurationRefused: a configuration the kubelet refuses on
+// this machine (a memory reservation above the machine's memory) is a third
+// result in the kubelet's words and needs a person; the state file that
+// would be repaired (the CPU upgrade) is only planned while it stands.
+func TestKubeletConfigurationRefused(t *testing.T) {
+	o := staticConfig(t)
+	o.Config.SystemReserved = map[string]string{"memory": "100Gi"}
+	o.ConfigPath = "/etc/kubernetes/kubelet.yaml"
+	old := install(t, o, "c03-static-8cpu-2entries.cpu_manager_state")
+	rep := Run(machine(t, 16, 8<<20), o)
+	r, ok := configResult(rep)
+	if !ok || r.Verdict != NeedsPerson || !rep.NeedsPerson() {
+		t.Fatalf("%+v, want the kubelet configuration to need a person", rep.Results)
+	}
+	const why = `kubelet 1.36 would refuse to start on this machine: node allocatable: invalid Node Allocatable configuration. Resource "memory" has a reservation of 102500Mi but capacity of 8Gi. Expected capacity >= reservation.`
+	if r.Why != why || r.Path != o.ConfigPath {
+		t.Errorf("%+v, want why %q", r, why)
+	}
+	if c := cpuResult(t, rep); c.Verdict != WouldRepair {
+		t.Errorf("cpu_manager_state: %+v, want would repair", c)
+	}
+	if b, _ := os.ReadFile(filepath.Join(o.RootDir, CPUManagerState)); string(b) != string(old) {
+		t.Error("a state file was rewritten although the kubelet refuses its configuration")
+	}
+	if !strings.Contains(rep.String(), "kubelet configuration: needs a person (/etc/kubernetes/kubelet.yaml)") {
+		t.Errorf("report:\n%s", rep)
+	}
+}
+
+// TestKubeletConfigurationOffline: CPU 3 went offline; the kubelet reserves
+// it by reservedSystemCPUs under the none policy, and refuses to start.
+func TestKubeletConfigurationOffline(t *testing.T) {
+	cfg, err := kubeletconfig.Parse([]byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nreservedSystemCPUs: \"3\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{RootDir: t.TempDir(), Config: cfg, Release: rel136}
+	if rep := Run(machine(t, 4, 8<<20), o); rep.NeedsPerson() || len(rep.Results) != 2 {
+		t.Fatalf("on its own machine: %+v", rep.Results)
+	}
+	rep := Run(machine(t, 3, 8<<20), o)
+	r, ok := configResult(rep)
+	if !ok || r.Verdict != NeedsPerson || !strings.Contains(r.Why, "reserved CPUs: reserved-cpus: 3 is not a subset of online-cpus: 0-2") {
+		t.Fatalf("%+v", rep.Results)
+	}
+}
+
+// TestCannotPredictIsAWarning: the static policy with an option under which
+// hotplugd does not predict the reserved CPUs: the kubelet may well start,
+// so the file is not judged (Unknown), never a block.
+func TestCannotPredictIsAWarning(t *testing.T) {
+	cfg, err := kubeletconfig.Parse([]byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncpuManagerPolicy: static\n" +
+		"kubeReserved: {cpu: \"1\"}\ncpuManagerPolicyOptions: {distribute-cpus-across-numa: \"true\"}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{RootDir: t.TempDir(), Config: cfg, Release: rel136}
+	install(t, o, "c01-static-4cpu-empty.cpu_manager_state")
+	rep := Run(machine(t, 8, 8<<20), o)
+	if r := cpuResult(t, rep); r.Verdict != Unknown || rep.NeedsPerson() || !strings.Contains(r.Why, "reservedSystemCPUs") {
+		t.Fatalf("%+v, want unknown", rep.Results)
+	}
+	if len(rep.Warnings()) != 1 {
+		t.Errorf("warnings %q", rep.Warnings())
+	}
+}
+
+// TestSymlinkIsAWarning: the kubelet follows a symlink; hotplugd does not
+// read through one, so it cannot judge the file.
+func TestSymlinkIsAWarning(t *testing.T) {
+	o := staticConfig(t)
+	real := filepath.Join(t.TempDir(), "elsewhere")
+	b, err := os.ReadFile(filepath.Join(vectors, "c01-static-4cpu-empty.cpu_manager_state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(real, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, filepath.Join(o.RootDir, CPUManagerState)); err != nil {
+		t.Fatal(err)
+	}
+	rep := Run(machine(t, 8, 8<<20), o)
+	if r := cpuResult(t, rep); r.Verdict != Unknown || rep.NeedsPerson() {
+		t.Fatalf("%+v, want unknown", r)
+	}
+}
+
+// TestOptionsFor: the kubelet's command line decides the root dir and the
+// configuration: --cpu-manager-policy=static --reserved-cpus=0 over a file
+// that sets neither, --root-dir elsewhere.
+func TestOptionsFor(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "data", "kubelet")
+	k, err := kubeletconfig.FromArgs([]string{"--config", cfgPath, "--cpu-manager-policy=static", "--reserved-cpus=0", "--root-dir", root, "--experimental-allocatable-ignore-eviction"}, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := OptionsFor(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.RootDir != root || o.Config.CPUManagerPolicy != "static" || o.Config.ReservedSystemCPUs != "0" || !o.AllocatableIgnoresEviction || o.ConfigPath != cfgPath {
+		t.Errorf("OptionsFor() = %+v", o)
+	}
+	// The file of the incident, on an unchanged machine: valid.
+	o.Release = rel136
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(vectors, "c03-static-8cpu-2entries.cpu_manager_state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, CPUManagerState), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep := Run(machine(t, 8, 8<<20), o)
+	if r := cpuResult(t, rep); r.Verdict != Valid || rep.NeedsPerson() {
+		t.Fatalf("%+v", rep.Results)
+	}
+}

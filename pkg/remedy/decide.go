@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hotplugd/hotplugd/pkg/journal"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 )
 
@@ -63,7 +64,7 @@ type Inputs struct {
 	// Key identifies the (prediction, kubelet configuration) a remedy
 	// would be for; Previous is the journal's last attempt for it.
 	Key      string
-	Previous *Entry
+	Previous *journal.Entry
 	// KubeletFresh is when a kubelet that has just started has had its
 	// time to report its Node (its start plus the grace); zero: not fresh.
 	KubeletFresh time.Time

@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/hotplugd/hotplugd/pkg/journal"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 )
 
@@ -40,18 +41,18 @@ func TestDecide(t *testing.T) {
 		{"a kubelet that has had its time", func(in *Inputs) { in.KubeletFresh = t0.Add(5 * time.Second) }, ActionRestart, time.Time{}},
 		{"kubelet not remediable", func(in *Inputs) { in.Remediable, in.NotRemediable = false, "no kubelet running yet" }, ActionReport, time.Time{}},
 		{"this key failed before", func(in *Inputs) {
-			in.Previous = &Entry{Key: "k1", Start: t0.Add(-time.Hour), Outcome: OutcomeFailed}
+			in.Previous = &journal.Entry{Key: "k1", Start: t0.Add(-time.Hour), Outcome: OutcomeFailed}
 		}, ActionReport, time.Time{}},
 		{"this key was refused before", func(in *Inputs) {
-			in.Previous = &Entry{Key: "k1", Start: t0.Add(-time.Hour), Outcome: OutcomeRefused}
+			in.Previous = &journal.Entry{Key: "k1", Start: t0.Add(-time.Hour), Outcome: OutcomeRefused}
 		}, ActionReport, time.Time{}},
 		{"this key needed a person before", func(in *Inputs) {
-			in.Previous = &Entry{Key: "k1", Start: t0.Add(-time.Hour), Outcome: OutcomeNeedsPerson}
+			in.Previous = &journal.Entry{Key: "k1", Start: t0.Add(-time.Hour), Outcome: OutcomeNeedsPerson}
 		}, ActionReport, time.Time{}},
 		// The machine went back and forth: a key that was remediated before
 		// may be remediated again.
 		{"this key was remediated before", func(in *Inputs) {
-			in.Previous = &Entry{Key: "k1", Start: t0.Add(-time.Hour), Outcome: OutcomeRemediated}
+			in.Previous = &journal.Entry{Key: "k1", Start: t0.Add(-time.Hour), Outcome: OutcomeRemediated}
 		}, ActionRestart, time.Time{}},
 	}
 	for _, tt := range tests {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/hotplugd/hotplugd/internal/faultpoint"
+	"github.com/hotplugd/hotplugd/pkg/journal"
 	"github.com/hotplugd/hotplugd/pkg/kubeletwatch"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 	"github.com/hotplugd/hotplugd/pkg/preflight"
@@ -37,15 +38,14 @@ type Controller interface {
 	String() string
 }
 
-// NodeView is what the remedy needs of the node reporter
-// (*nodepatch.Reporter).
+// NodeView is what the remedy reads of the node reporter
+// (*nodepatch.Reporter): the Node as last seen against the prediction. The
+// remedy never writes to the Node: what it did goes into the Journal, which
+// the reporter reads for the condition, the Events and holding its writes
+// while the kubelet restarts.
 type NodeView interface {
 	State() nodepatch.State
 	Changed() <-chan struct{}
-	SetNote(nodepatch.Note)
-	Event(eventType, reason, message string)
-	// Hold stops writing to the Node while the kubelet restarts.
-	Hold(bool)
 }
 
 // KubeletSource is where the remedy learns about the kubelet
@@ -83,7 +83,7 @@ type Options struct {
 	WouldRefuse func(f *kubeletwatch.Facts, snap *topology.Snapshot) error
 	// Journal is the record of remedies under way and tried; nil: one in
 	// memory (nothing survives a restart).
-	Journal *Journal
+	Journal *journal.Journal
 
 	Control Controller
 	Node    NodeView
@@ -101,21 +101,17 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
-// Outcome is how an attempt ended.
-type Outcome string
+// Outcome is how an attempt ended (journal.Outcome).
+type Outcome = journal.Outcome
 
 // The outcomes.
 const (
-	OutcomeRemediated  Outcome = "remediated"
-	OutcomeFailed      Outcome = "failed"       // rolled back
-	OutcomeNeedsPerson Outcome = "needs_person" // nothing done
-	OutcomeDryRun      Outcome = "dry_run"
-	// OutcomeRefused: the kubelet would refuse to start with its
-	// configuration on this machine; not restarted.
-	OutcomeRefused Outcome = "refused"
-	// OutcomeInterrupted: hotplugd was stopped during the verification;
-	// the kubelet runs, the next hotplugd verifies.
-	OutcomeInterrupted Outcome = "interrupted"
+	OutcomeRemediated  = journal.OutcomeRemediated
+	OutcomeFailed      = journal.OutcomeFailed
+	OutcomeNeedsPerson = journal.OutcomeNeedsPerson
+	OutcomeDryRun      = journal.OutcomeDryRun
+	OutcomeRefused     = journal.OutcomeRefused
+	OutcomeInterrupted = journal.OutcomeInterrupted
 )
 
 // Attempt is the record of one remedy.
@@ -126,6 +122,10 @@ type Attempt struct {
 	Err      error
 	// Key is the (prediction, kubelet configuration) it was for.
 	Key string
+	// Reason, Message and Warning are what the Node says about it (the
+	// journal entry's).
+	Reason, Message string
+	Warning         bool
 	// Report is the state-file repair's report.
 	Report preflight.Report
 }
@@ -137,7 +137,7 @@ type Remedier struct {
 	log     *zap.Logger
 	clock   clock.WithTicker
 	wake    chan struct{}
-	journal *Journal
+	journal *journal.Journal
 	metrics struct {
 		attempts *prometheus.CounterVec
 		restarts prometheus.Counter
@@ -175,7 +175,7 @@ func New(o Options) (*Remedier, error) {
 		o.OpTimeout = 2 * time.Minute
 	}
 	if o.Journal == nil {
-		o.Journal, _ = OpenJournal("")
+		o.Journal, _ = journal.Open("")
 	}
 	m := &Remedier{o: o, log: o.Log.Named("remedy"), clock: o.Clock, wake: make(chan struct{}, 1), journal: o.Journal}
 	m.metrics.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -317,7 +317,10 @@ func (m *Remedier) decide() Plan {
 		}
 	}
 	if st.Prediction != nil {
-		in.Key = Key(*st.Prediction, facts)
+		// The predictor's key, which the reporter's note uses too.
+		if in.Key = st.Prediction.Key; in.Key == "" {
+			in.Key = Key(*st.Prediction, facts)
+		}
 		if e, ok := m.journal.Last(in.Key); ok {
 			in.Previous = &e
 		}
@@ -388,7 +391,7 @@ func (m *Remedier) finish(a Attempt, start time.Time) Attempt {
 	if a.Outcome == OutcomeDryRun {
 		return a
 	}
-	e := Entry{Key: a.Key, Start: start, Outcome: a.Outcome}
+	e := journal.Entry{Key: a.Key, Start: start, Outcome: a.Outcome, Reason: a.Reason, Message: a.Message, Warning: a.Warning}
 	if a.Err != nil {
 		e.Why = a.Err.Error()
 	}
@@ -439,11 +442,10 @@ func (m *Remedier) restart(ctx context.Context, plan Plan, start time.Time) Atte
 	}
 	pf.DryRun = false
 	files := plannedBackups(dry, pf.Now)
-	if err := m.journal.Begin(Underway{Key: plan.Key, Phase: PhaseStopping, Start: start, Drift: plan.Drift.String(), Files: files}); err != nil {
+	if err := m.journal.Begin(journal.Underway{Key: plan.Key, Phase: journal.PhaseStopping, Start: start, Drift: plan.Drift.String(), Files: files}); err != nil {
 		// Without the record a crash could leave the kubelet stopped for
 		// good: no stop.
 		a.Outcome, a.Err = OutcomeFailed, fmt.Errorf("remedy: not restarting the kubelet: %w", err)
-		m.o.Node.Event(v1.EventTypeWarning, nodepatch.ReasonRemediationFailed, a.Err.Error())
 		return a
 	}
 	m.log.Info("restarting the kubelet", zap.String("via", m.o.Control.String()), zap.Stringer("drift", plan.Drift),
@@ -460,9 +462,8 @@ func (m *Remedier) restart(ctx context.Context, plan Plan, start time.Time) Atte
 // depends on ctx: an interrupted hotplugd still leaves the kubelet running.
 func (m *Remedier) carryOut(ctx context.Context, a Attempt, facts *kubeletwatch.Facts, snap *topology.Snapshot,
 	pf preflight.Options, predicted string, next string) Attempt {
-	// The restarting kubelet's intermediate reports are not drifts.
-	m.o.Node.Hold(true)
-	defer m.o.Node.Hold(false)
+	// The restarting kubelet's intermediate reports are not drifts: the
+	// reporter holds its writes while the journal has a restart under way.
 	if err := m.op("stopping", m.o.Control.Stop); err != nil {
 		// It may be half-stopped, or still running: the files are left as
 		// they are, and it is started (a no-op when it runs).
@@ -471,11 +472,11 @@ func (m *Remedier) carryOut(ctx context.Context, a Attempt, facts *kubeletwatch.
 		}
 		return m.fail(a, err, next, false)
 	}
-	m.enter(PhaseRepairing, nil)
+	m.enter(journal.PhaseRepairing, nil)
 	faultpoint.Hit(faultpoint.RemedyStopped)
 	report := preflight.Run(snap, pf)
 	a.Report = report
-	m.enter(PhaseStarting, mergeBackups(m.journal.Underway(), report))
+	m.enter(journal.PhaseStarting, mergeBackups(m.journal.Underway(), report))
 	if report.NeedsPerson() {
 		// Changed while the kubelet was stopping (it writes its state
 		// files when it admits pods): start it as it was.
@@ -486,7 +487,7 @@ func (m *Remedier) carryOut(ctx context.Context, a Attempt, facts *kubeletwatch.
 		m.rollback()
 		return m.fail(a, err, next, true)
 	}
-	m.enter(PhaseVerifying, nil)
+	m.enter(journal.PhaseVerifying, nil)
 	faultpoint.Hit(faultpoint.RemedyStarted)
 	if ctx.Err() != nil {
 		a.Outcome, a.Err = OutcomeInterrupted, errors.New("remedy: hotplugd is stopping: the kubelet was started; the next hotplugd verifies it")
@@ -500,13 +501,11 @@ func (m *Remedier) carryOut(ctx context.Context, a Attempt, facts *kubeletwatch.
 		m.rollback()
 		return m.fail(a, err, next, true)
 	}
-	a.Outcome = OutcomeRemediated
-	msg := fmt.Sprintf("restarted the kubelet (%s); it now reports %s", m.o.Control, predicted)
+	a.Outcome, a.Reason = OutcomeRemediated, nodepatch.ReasonRemediated
+	a.Message = fmt.Sprintf("restarted the kubelet (%s); it now reports %s", m.o.Control, predicted)
 	if s := repaired(report); s != "" {
-		msg += "; " + s
+		a.Message += "; " + s
 	}
-	m.o.Node.SetNote(nodepatch.Note{})
-	m.o.Node.Event(v1.EventTypeNormal, nodepatch.ReasonRemediated, msg)
 	return a
 }
 
@@ -515,7 +514,7 @@ func (m *Remedier) carryOut(ctx context.Context, a Attempt, facts *kubeletwatch.
 // carried out again from the stop (stop and start are idempotent, the
 // repair of an already repaired file changes nothing); after the start it is
 // verified; a rollback is done again.
-func (m *Remedier) recover(ctx context.Context, u Underway) {
+func (m *Remedier) recover(ctx context.Context, u journal.Underway) {
 	start := m.clock.Now()
 	m.log.Warn("a kubelet restart was under way when hotplugd stopped: finishing it first",
 		zap.String("phase", string(u.Phase)), zap.Time("since", u.Start), zap.String("key", u.Key), zap.String("drift", u.Drift))
@@ -528,25 +527,22 @@ func (m *Remedier) recover(ctx context.Context, u Underway) {
 		return
 	}
 	switch u.Phase {
-	case PhaseVerifying:
-		m.o.Node.Hold(true)
+	case journal.PhaseVerifying:
 		err := m.op("starting", m.start) // a no-op when it runs
-		m.o.Node.Hold(false)
 		if err == nil {
 			err = m.verify(ctx)
 		}
 		switch {
 		case err == nil:
-			a.Outcome = OutcomeRemediated
-			m.o.Node.SetNote(nodepatch.Note{})
-			m.o.Node.Event(v1.EventTypeNormal, nodepatch.ReasonRemediated, "the kubelet restart a previous hotplugd began is verified: the Node shows the machine")
+			a.Outcome, a.Reason = OutcomeRemediated, nodepatch.ReasonRemediated
+			a.Message = "the kubelet restart a previous hotplugd began is verified: the Node shows the machine"
 		case ctx.Err() != nil:
 			return // still under way
 		default:
 			m.rollback()
 			a = m.fail(a, err, next, true)
 		}
-	case PhaseRollingBack:
+	case journal.PhaseRollingBack:
 		m.rollback()
 		a = m.fail(a, errors.New("remedy: a previous hotplugd was rolling back a kubelet restart; rolled back"), next, true)
 	default:
@@ -579,11 +575,11 @@ func preflightOptions(f *kubeletwatch.Facts, now time.Time) preflight.Options {
 
 // plannedBackups are the backups a repair stamped now will make, named
 // before the write so that an interrupted write can be undone.
-func plannedBackups(dry preflight.Report, now time.Time) []FileBackup {
-	var out []FileBackup
+func plannedBackups(dry preflight.Report, now time.Time) []journal.FileBackup {
+	var out []journal.FileBackup
 	for _, r := range dry.Results {
 		if r.Verdict == preflight.WouldRepair {
-			out = append(out, FileBackup{Path: r.Path, Backup: statefile.BackupPath(r.Path, now)})
+			out = append(out, journal.FileBackup{Path: r.Path, Backup: statefile.BackupPath(r.Path, now)})
 		}
 	}
 	return out
@@ -591,15 +587,15 @@ func plannedBackups(dry preflight.Report, now time.Time) []FileBackup {
 
 // mergeBackups adds the backups a repair made to those already recorded:
 // the first backup of a file holds its contents before the remedy.
-func mergeBackups(u *Underway, r preflight.Report) []FileBackup {
-	var files []FileBackup
+func mergeBackups(u *journal.Underway, r preflight.Report) []journal.FileBackup {
+	var files []journal.FileBackup
 	if u != nil {
 		files = append(files, u.Files...)
 	}
 	for _, res := range r.Results {
 		if res.Verdict == preflight.Repaired && res.Backup != "" &&
-			!slices.ContainsFunc(files, func(f FileBackup) bool { return f.Backup == res.Backup }) {
-			files = append(files, FileBackup{Path: res.Path, Backup: res.Backup})
+			!slices.ContainsFunc(files, func(f journal.FileBackup) bool { return f.Backup == res.Backup }) {
+			files = append(files, journal.FileBackup{Path: res.Path, Backup: res.Backup})
 		}
 	}
 	return files
@@ -607,7 +603,7 @@ func mergeBackups(u *Underway, r preflight.Report) []FileBackup {
 
 // enter writes the next phase down; a journal that cannot be written is
 // logged (the remedy is past its stop: it goes on to the start).
-func (m *Remedier) enter(p Phase, files []FileBackup) {
+func (m *Remedier) enter(p journal.Phase, files []journal.FileBackup) {
 	if err := m.journal.Enter(p, files); err != nil {
 		m.log.Error("writing the remedy journal failed", zap.String("phase", string(p)), zap.Error(err))
 	}
@@ -690,15 +686,13 @@ func (m *Remedier) waitHealthz(ctx context.Context, url string) error {
 // run writes its own state files. Nothing here depends on the daemon's
 // cancellation.
 func (m *Remedier) rollback() {
-	m.enter(PhaseRollingBack, nil)
+	m.enter(journal.PhaseRollingBack, nil)
 	m.log.Warn("rolling back: restoring the state files and restarting the kubelet as it was")
-	m.o.Node.Hold(true)
-	defer m.o.Node.Hold(false)
 	if err := m.op("stopping", m.o.Control.Stop); err != nil {
 		m.log.Error("stopping the kubelet for the rollback failed: its state files are left as they are (restore the backups by hand if it does not start)", zap.Error(err))
 	} else {
 		at := m.clock.Now()
-		var files []FileBackup
+		var files []journal.FileBackup
 		if u := m.journal.Underway(); u != nil {
 			files = u.Files
 		}
@@ -733,7 +727,7 @@ func (m *Remedier) rollback() {
 
 // backupTime is the time a backup's name was stamped with (zero when it
 // cannot be read): the restore's own backup must come after it.
-func (m *Remedier) backupTime(f FileBackup) time.Time {
+func (m *Remedier) backupTime(f journal.FileBackup) time.Time {
 	s := strings.TrimPrefix(f.Backup, f.Path+".hotplugd-backup-")
 	t, err := time.Parse("20060102T150405.000000000Z", s)
 	if err != nil {
@@ -749,8 +743,7 @@ func (m *Remedier) fail(a Attempt, err error, next string, rolledBack bool) Atte
 		msg += "; rolled back (state files restored, kubelet restarted as it was)"
 	}
 	msg += "; not tried again for this machine and kubelet configuration (a change of either, or removing " + m.journalName() + ", allows one more attempt, not before " + next + ")"
-	m.o.Node.SetNote(nodepatch.Note{Reason: nodepatch.ReasonRemediationFailed, Message: msg})
-	m.o.Node.Event(v1.EventTypeWarning, nodepatch.ReasonRemediationFailed, msg)
+	a.Reason, a.Message, a.Warning = nodepatch.ReasonRemediationFailed, msg, true
 	return a
 }
 
@@ -764,9 +757,8 @@ func (m *Remedier) journalName() string {
 // refused: the kubelet would not start; it is left running as it is.
 func (m *Remedier) refused(a Attempt, err error, next string) Attempt {
 	a.Outcome, a.Err = OutcomeRefused, err
-	msg := fmt.Sprintf("the kubelet was not restarted: it would refuse to start on this machine: %v; what to do: fix the kubelet's configuration (a restart by anyone would fail the same way); reporting only until the machine or the kubelet's configuration changes (not before %s)", err, next)
-	m.o.Node.SetNote(nodepatch.Note{Reason: nodepatch.ReasonKubeletWouldRefuse, Message: msg})
-	m.o.Node.Event(v1.EventTypeWarning, nodepatch.ReasonKubeletWouldRefuse, msg)
+	a.Reason, a.Warning = nodepatch.ReasonKubeletWouldRefuse, true
+	a.Message = fmt.Sprintf("the kubelet was not restarted: it would refuse to start on this machine: %v; what to do: fix the kubelet's configuration (a restart by anyone would fail the same way); reporting only until the machine or the kubelet's configuration changes (not before %s)", err, next)
 	return a
 }
 
@@ -780,10 +772,9 @@ func (m *Remedier) needsPerson(a Attempt, next string) Attempt {
 		}
 	}
 	a.Err = errors.New(strings.Join(why, "; "))
-	msg := fmt.Sprintf("the kubelet was not restarted: %s; what to do: %s; next check when the machine or the kubelet's configuration changes, not before %s",
+	a.Reason, a.Warning = nodepatch.ReasonNeedsDrain, true
+	a.Message = fmt.Sprintf("the kubelet was not restarted: %s; what to do: %s; next check when the machine or the kubelet's configuration changes, not before %s",
 		strings.Join(why, "; "), strings.Join(todo, "; "), next)
-	m.o.Node.SetNote(nodepatch.Note{Reason: nodepatch.ReasonNeedsDrain, Message: msg})
-	m.o.Node.Event(v1.EventTypeWarning, nodepatch.ReasonNeedsDrain, msg)
 	return a
 }
 

@@ -18,6 +18,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
+	"github.com/hotplugd/hotplugd/pkg/journal"
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
 	"github.com/hotplugd/hotplugd/pkg/kubeletwatch"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
@@ -28,18 +29,9 @@ import (
 
 // fakeNode is the node reporter as the remedy sees it.
 type fakeNode struct {
-	mu     sync.Mutex
-	st     nodepatch.State
-	ch     chan struct{}
-	notes  []nodepatch.Note
-	events []string // "reason: message"
-	holds  []bool
-}
-
-func (f *fakeNode) Hold(h bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.holds = append(f.holds, h)
+	mu sync.Mutex
+	st nodepatch.State
+	ch chan struct{}
 }
 
 func newFakeNode(drift nodepatch.Drift) *fakeNode {
@@ -75,24 +67,11 @@ func (f *fakeNode) setPrediction(p nodepatch.Prediction) {
 	f.ch = make(chan struct{})
 }
 
-func (f *fakeNode) SetNote(n nodepatch.Note) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.notes = append(f.notes, n)
-}
-
-func (f *fakeNode) Event(_, reason, message string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.events = append(f.events, reason+": "+message)
-}
-
-func (f *fakeNode) reasons() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// reasons are the journal entries' reasons (what the reporter would say).
+func (r *rig) reasons() []string {
 	var out []string
-	for _, e := range f.events {
-		out = append(out, strings.SplitN(e, ":", 2)[0])
+	for _, e := range r.journal.Attempts() {
+		out = append(out, e.Reason)
 	}
 	return out
 }
@@ -104,9 +83,12 @@ type fakeKubelet struct {
 	calls []string
 	node  *fakeNode
 	fixes bool
-	// seen is the cpu_manager_state content at each start.
-	seen []string
-	path string
+	// seen is the cpu_manager_state content at each start, phases the
+	// journal's phase then.
+	seen    []string
+	phases  []journal.Phase
+	path    string
+	journal *journal.Journal
 }
 
 func (k *fakeKubelet) Stop(context.Context) error {
@@ -121,6 +103,11 @@ func (k *fakeKubelet) Start(context.Context) error {
 	k.calls = append(k.calls, "start")
 	b, _ := os.ReadFile(k.path)
 	k.seen = append(k.seen, string(b))
+	if k.journal != nil {
+		if u := k.journal.Underway(); u != nil {
+			k.phases = append(k.phases, u.Phase)
+		}
+	}
 	fixes := k.fixes
 	k.mu.Unlock()
 	if fixes {
@@ -147,7 +134,7 @@ type rig struct {
 	isBusy  bool
 	state   string // cpu_manager_state path
 	facts   *fixedKubelet
-	journal *Journal
+	journal *journal.Journal
 	stop    func()
 	old     string // the state file before the test's change
 	idleCh  chan struct{}
@@ -182,12 +169,12 @@ func newRig(t *testing.T, cpus int, change func(*Options)) *rig {
 
 // newRigWithJournal is newRig with journal j; prepare sees the rig before
 // the remedier runs.
-func newRigWithJournal(t *testing.T, cpus int, j *Journal, prepare func(*rig)) *rig {
+func newRigWithJournal(t *testing.T, cpus int, j *journal.Journal, prepare func(*rig)) *rig {
 	t.Helper()
 	return newRigWith(t, cpus, j, prepare, nil)
 }
 
-func newRigWith(t *testing.T, cpus int, j *Journal, prepare func(*rig), change func(*Options)) *rig {
+func newRigWith(t *testing.T, cpus int, j *journal.Journal, prepare func(*rig), change func(*Options)) *rig {
 	t.Helper()
 	root := t.TempDir()
 	if err := fixturegen.OneNode(cpus, 8<<20, 0).WriteDir(root); err != nil {
@@ -209,7 +196,7 @@ func newRigWith(t *testing.T, cpus int, j *Journal, prepare func(*rig), change f
 	}
 	r := &rig{t: t, clock: testingclock.NewFakeClock(time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)), state: state}
 	if r.journal = j; j == nil {
-		if r.journal, err = OpenJournal(t.TempDir()); err != nil {
+		if r.journal, err = journal.Open(t.TempDir()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -221,6 +208,7 @@ func newRigWith(t *testing.T, cpus int, j *Journal, prepare func(*rig), change f
 		Release:  kubeletversion.ByMinor(36),
 		StateDir: kubeletRoot,
 	}}
+	r.kubelet.journal = r.journal
 	if prepare != nil {
 		prepare(r)
 	}
@@ -325,11 +313,16 @@ func TestOneRestartPerSettledChange(t *testing.T) {
 	if !strings.Contains(r.kubelet.seen[0], `"defaultCpuSet":"0-1,6-15"`) {
 		t.Errorf("the kubelet started with %s", r.kubelet.seen[0])
 	}
-	if diff := cmp.Diff([]string{nodepatch.ReasonRemediated}, r.node.reasons()); diff != "" {
-		t.Errorf("events (-want +got):\n%s", diff)
+	if diff := cmp.Diff([]string{nodepatch.ReasonRemediated}, r.reasons()); diff != "" {
+		t.Errorf("journal entries (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]bool{true, false}, r.node.holds); diff != "" {
-		t.Errorf("Node writes held (-want +got):\n%s", diff)
+	// The restart was under way (the reporter holds its writes) from the
+	// stop to the start.
+	if diff := cmp.Diff([]journal.Phase{journal.PhaseStarting}, r.kubelet.phases); diff != "" {
+		t.Errorf("journal phase at the kubelet's start (-want +got):\n%s", diff)
+	}
+	if u := r.journal.Underway(); u != nil {
+		t.Errorf("still under way: %+v", u)
 	}
 	// Nothing more, ever, while the Node matches.
 	r.clock.Step(time.Hour)
@@ -378,12 +371,11 @@ func TestVerificationFailureRollsBackAndIsRateLimited(t *testing.T) {
 	if r.kubelet.seen[1] != string(old) {
 		t.Errorf("the rollback started the kubelet with %s", r.kubelet.seen[1])
 	}
-	if diff := cmp.Diff([]string{nodepatch.ReasonRemediationFailed}, r.node.reasons()); diff != "" {
-		t.Errorf("events (-want +got):\n%s", diff)
+	if diff := cmp.Diff([]string{nodepatch.ReasonRemediationFailed}, r.reasons()); diff != "" {
+		t.Errorf("journal entries (-want +got):\n%s", diff)
 	}
-	notes := r.node.notes
-	if len(notes) == 0 || notes[len(notes)-1].Reason != nodepatch.ReasonRemediationFailed || !strings.Contains(notes[len(notes)-1].Message, "rolled back") {
-		t.Errorf("condition note %+v", notes)
+	if e := r.journal.Attempts(); len(e) != 1 || !e[0].Warning || !strings.Contains(e[0].Message, "rolled back") {
+		t.Errorf("journal entry %+v, want a warning that says rolled back", e)
 	}
 	// Not repeated for the same machine and configuration, however long.
 	time.Sleep(20 * time.Millisecond)
@@ -411,11 +403,11 @@ func TestNeedsPersonLeavesTheKubeletAlone(t *testing.T) {
 	if got, _ := os.ReadFile(r.state); string(got) != string(old) {
 		t.Error("state file changed")
 	}
-	if diff := cmp.Diff([]string{nodepatch.ReasonNeedsDrain}, r.node.reasons()); diff != "" {
-		t.Errorf("events (-want +got):\n%s", diff)
+	if diff := cmp.Diff([]string{nodepatch.ReasonNeedsDrain}, r.reasons()); diff != "" {
+		t.Errorf("journal entries (-want +got):\n%s", diff)
 	}
-	if ev := r.node.events[0]; !strings.Contains(ev, "drain") {
-		t.Errorf("event does not say what to do: %s", ev)
+	if e := r.journal.Attempts(); !strings.Contains(e[0].Message, "drain") {
+		t.Errorf("the entry does not say what to do: %s", e[0].Message)
 	}
 }
 
@@ -519,11 +511,11 @@ func TestSIGTERMAfterTheStopEndsWithTheKubeletRunning(t *testing.T) {
 		t.Errorf("the kubelet started with %s", k.seen[0])
 	}
 	u := r.journal.Underway()
-	if u == nil || u.Phase != PhaseVerifying {
+	if u == nil || u.Phase != journal.PhaseVerifying {
 		t.Fatalf("journal under way %+v, want the verification left to the next hotplugd", u)
 	}
 	// The next hotplugd verifies: no further stop, the remedy recorded.
-	j, err := OpenJournal(filepath.Dir(r.journal.Path()))
+	j, err := journal.Open(filepath.Dir(r.journal.Path()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -575,17 +567,17 @@ func (k *hookKubelet) Stop(ctx context.Context) error {
 // kubelet ends up started on valid state files, the remedy recorded.
 func TestRecoverEachPhase(t *testing.T) {
 	for _, tt := range []struct {
-		phase     Phase
+		phase     journal.Phase
 		repaired  bool // the state file was already rewritten
 		wantCalls []string
 		wantOut   Outcome
 	}{
-		{PhaseStopping, false, []string{"stop", "start"}, OutcomeRemediated},
-		{PhaseRepairing, false, []string{"stop", "start"}, OutcomeRemediated},
-		{PhaseRepairing, true, []string{"stop", "start"}, OutcomeRemediated},
-		{PhaseStarting, true, []string{"stop", "start"}, OutcomeRemediated},
-		{PhaseVerifying, true, []string{"start"}, OutcomeRemediated},
-		{PhaseRollingBack, true, []string{"stop", "start"}, OutcomeFailed},
+		{journal.PhaseStopping, false, []string{"stop", "start"}, OutcomeRemediated},
+		{journal.PhaseRepairing, false, []string{"stop", "start"}, OutcomeRemediated},
+		{journal.PhaseRepairing, true, []string{"stop", "start"}, OutcomeRemediated},
+		{journal.PhaseStarting, true, []string{"stop", "start"}, OutcomeRemediated},
+		{journal.PhaseVerifying, true, []string{"start"}, OutcomeRemediated},
+		{journal.PhaseRollingBack, true, []string{"stop", "start"}, OutcomeFailed},
 	} {
 		name := string(tt.phase)
 		if tt.repaired {
@@ -593,7 +585,7 @@ func TestRecoverEachPhase(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			j, err := OpenJournal(dir)
+			j, err := journal.Open(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -610,7 +602,7 @@ func TestRecoverEachPhase(t *testing.T) {
 						t.Fatal(b, err)
 					}
 				}
-				if err := j.Begin(Underway{Key: "k", Phase: tt.phase, Start: at, Files: []FileBackup{{Path: r.state, Backup: backup}}}); err != nil {
+				if err := j.Begin(journal.Underway{Key: "k", Phase: tt.phase, Start: at, Files: []journal.FileBackup{{Path: r.state, Backup: backup}}}); err != nil {
 					t.Fatal(err)
 				}
 				r.old = string(old)
@@ -665,7 +657,7 @@ func TestMalformedHealthzURLFailsCleanly(t *testing.T) {
 // TestFailedAttemptSurvivesRestarts: a failed remedy is not tried again by
 // a new hotplugd with the same journal (a crash loop restarts nothing).
 func TestFailedAttemptSurvivesRestarts(t *testing.T) {
-	j, err := OpenJournal(t.TempDir())
+	j, err := journal.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -676,7 +668,7 @@ func TestFailedAttemptSurvivesRestarts(t *testing.T) {
 	}
 	r.stop()
 	for i := range 3 {
-		j2, err := OpenJournal(filepath.Dir(j.Path()))
+		j2, err := journal.Open(filepath.Dir(j.Path()))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,9 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(fakeKubeletEnv); mode != "" {
+	if mode := os.Getenv(fakeKubeletEnv); mode == fakeKubeletProcessMode {
+		os.Exit(fakeKubeletProcess())
+	} else if mode != "" {
 		os.Exit(fakeKubelet(mode))
 	}
 	dir, err := os.MkdirTemp("", "hotplugd-integration-")

@@ -21,6 +21,15 @@
 // only where a release lacks what it tests. TestReleaseTableMatchesKubelet
 // checks hotplugd's row of the release (pkg/kubeletversion) against it.
 //
+// The kubelet's start is oracle too (oracle.KubeletFromArgs, Kubelet.Start:
+// its command line, feature gates, configuration validation, managers and
+// node allocatable check, step by step): TestKubeletStartMatchesKubelet
+// holds pkg/kubeletstart to it, TestKubeletStartGateTable keeps
+// pkg/kubeletstart's generated feature gate tables equal to each release's
+// (-update-gates rewrites them), and TestPreflightExit2OnlyWhereKubeletRefuses
+// holds preflight to its rule over every table here. Tests log their counts
+// as "casecount: ..." lines, which internal/casecount prints.
+//
 // TestIntegration* tests need root and change the machine's CPUs and
 // hugepages (restoring them afterwards).
 package kubeletcompat

@@ -16,7 +16,7 @@ package state
 import (
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/hotplugd/hotplugd/pkg/memmgr/internal/checksum"
+	"github.com/hotplugd/hotplugd/internal/checksum"
 )
 
 // MemoryTable is one memory resource of one NUMA node, in bytes.

@@ -111,3 +111,12 @@ func SetFeatureGates(tb testing.TB, gates map[string]bool) {
 		featuregatetesting.SetFeatureGateDuringTest(tb, utilfeature.DefaultFeatureGate, featuregate.Feature(name), on)
 	}
 }
+
+// NewTopologyManager is topologymanager.NewManager for the machine info, as
+// NewContainerManager calls it.
+func NewTopologyManager(info *MachineInfo, policy, scope string, options map[string]string) (topologymanager.Manager, error) {
+	return topologymanager.NewManager(info.Topology, policy, scope, options)
+}
+
+// gateDependencies: 1.34's feature gate has no dependencies between gates.
+func gateDependencies(featuregate.MutableVersionedFeatureGate) map[string][]string { return nil }

@@ -123,3 +123,20 @@ func SetFeatureGates(tb testing.TB, gates map[string]bool) {
 	}
 	featuregatetesting.SetFeatureGatesDuringTest(tb, utilfeature.DefaultFeatureGate, o)
 }
+
+// NewTopologyManager is topologymanager.NewManager for the machine info, as
+// NewContainerManager calls it.
+func NewTopologyManager(info *MachineInfo, policy, scope string, options map[string]string) (topologymanager.Manager, error) {
+	return topologymanager.NewManager(info.Topology, policy, scope, options)
+}
+
+// gateDependencies are the gates each gate of fg depends on.
+func gateDependencies(fg featuregate.MutableVersionedFeatureGate) map[string][]string {
+	out := map[string][]string{}
+	for name, deps := range fg.Dependencies() {
+		for _, d := range deps {
+			out[string(name)] = append(out[string(name)], string(d))
+		}
+	}
+	return out
+}

@@ -18,7 +18,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/hotplugd/hotplugd/pkg/cpumgr/internal/checksum"
+	"github.com/hotplugd/hotplugd/internal/checksum"
 	"k8s.io/utils/cpuset"
 )
 

@@ -6,7 +6,7 @@
 // package is named state, as theirs is, for that dump.
 package state
 
-import "github.com/hotplugd/hotplugd/pkg/cpumgr/internal/checksum"
+import "github.com/hotplugd/hotplugd/internal/checksum"
 
 // CPUManagerCheckpoint is the V2 layout of kubelets 1.34 and 1.35.
 type CPUManagerCheckpoint struct {

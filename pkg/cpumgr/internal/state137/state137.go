@@ -10,7 +10,7 @@
 package state137
 
 import (
-	"github.com/hotplugd/hotplugd/pkg/cpumgr/internal/checksum"
+	"github.com/hotplugd/hotplugd/internal/checksum"
 	"github.com/hotplugd/hotplugd/pkg/cpumgr/internal/state"
 )
 

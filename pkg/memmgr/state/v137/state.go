@@ -13,7 +13,7 @@
 package state
 
 import (
-	"github.com/hotplugd/hotplugd/pkg/memmgr/internal/checksum"
+	"github.com/hotplugd/hotplugd/internal/checksum"
 	v136 "github.com/hotplugd/hotplugd/pkg/memmgr/state"
 )
 

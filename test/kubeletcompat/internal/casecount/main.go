@@ -1,10 +1,12 @@
 // Command casecount summarizes the oracle tests of one kubelet release from
 // `go test -json` output on stdin: for each category (capacity,
-// allocatable, CPU state, memory state, other) how many cases agreed with the
-// kubelet (passed), disagreed (failed) or do not apply to the release
-// (skipped), where a case is a test or subtest without subtests. It prints
-// one summary line, then the first lines of each failure (and of a package
-// that failed to build), and exits 1 if anything failed.
+// allocatable, CPU state, memory state, kubelet start, preflight, other) how
+// many cases agreed with the kubelet (passed), disagreed (failed) or do not
+// apply to the release (skipped), where a case is a test or subtest without
+// subtests. It prints one summary line, then the counts tests log on a line
+// of their own starting with "casecount: " (t.Logf("casecount: rule: N
+// cases, ...")), one per line, then the first lines of each failure (and of
+// a package that failed to build), and exits 1 if anything failed.
 //
 //	go test -json ./... | go run ./internal/casecount -label v1.37.2
 package main
@@ -31,6 +33,8 @@ var categories = []struct {
 	{"allocatable", regexp.MustCompile(`^TestAllocatable`)},
 	{"cpu-state", regexp.MustCompile(`^TestCPUManager`)},
 	{"memory-state", regexp.MustCompile(`^TestMemoryManager`)},
+	{"kubelet-start", regexp.MustCompile(`^TestKubeletStart`)},
+	{"preflight", regexp.MustCompile(`^TestPreflight`)},
 	{"other", regexp.MustCompile(``)},
 }
 
@@ -38,6 +42,10 @@ var categories = []struct {
 // own lines and the kubelet's klog lines (feature gates set, managers
 // created, the errors it logs before returning them).
 var noise = regexp.MustCompile(`^\s*(=== |--- (PASS|FAIL|SKIP)|(\S+\.go:\d+: )?[IWE]\d{4} \d\d:\d\d)`)
+
+// logged is a count a test logs for this summary: "casecount: " and the
+// rest of the line, after t.Logf's file:line prefix.
+var logged = regexp.MustCompile(`^\s*(?:\S+\.go:\d+: )?casecount: (.*)$`)
 
 // event is a test2json event.
 type event struct {
@@ -67,6 +75,7 @@ func run(in io.Reader, out io.Writer, label string, lines int) error {
 	tests := map[string]*result{} // package + " " + test
 	var pkgFailed []string
 	var buildOutput []string // the compiler's messages, and go's own
+	var counts []string      // logged by the tests
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
@@ -89,7 +98,12 @@ func run(in io.Reader, out io.Writer, label string, lines int) error {
 			}
 			switch e.Action {
 			case "output":
-				if s := strings.TrimRight(e.Output, "\n"); !noise.MatchString(s) {
+				s := strings.TrimRight(e.Output, "\n")
+				if m := logged.FindStringSubmatch(s); m != nil {
+					counts = append(counts, m[1])
+					continue
+				}
+				if !noise.MatchString(s) {
 					r.output = append(r.output, s)
 				}
 			case "pass", "fail", "skip":
@@ -109,9 +123,9 @@ func run(in io.Reader, out io.Writer, label string, lines int) error {
 		}
 	}
 	type count struct{ pass, fail, skip int }
-	counts := map[string]*count{}
+	byCategory := map[string]*count{}
 	for _, c := range categories {
-		counts[c.name] = &count{}
+		byCategory[c.name] = &count{}
 	}
 	var failures []string
 	for _, key := range slices.Sorted(maps.Keys(tests)) {
@@ -119,7 +133,7 @@ func run(in io.Reader, out io.Writer, label string, lines int) error {
 			continue
 		}
 		_, test, _ := strings.Cut(key, " ")
-		c := counts[category(test)]
+		c := byCategory[category(test)]
 		switch r := tests[key]; r.action {
 		case "pass":
 			c.pass++
@@ -133,7 +147,7 @@ func run(in io.Reader, out io.Writer, label string, lines int) error {
 
 	sum := make([]string, 0, len(categories))
 	for _, cat := range categories {
-		c := counts[cat.name]
+		c := byCategory[cat.name]
 		s := fmt.Sprintf("%s %d agree", cat.name, c.pass)
 		if c.fail > 0 {
 			s += fmt.Sprintf(", %d FAIL", c.fail)
@@ -144,6 +158,9 @@ func run(in io.Reader, out io.Writer, label string, lines int) error {
 		sum = append(sum, s)
 	}
 	fmt.Fprintf(out, "%s: %s\n", label, strings.Join(sum, "; "))
+	for _, c := range counts {
+		fmt.Fprintf(out, "%s: %s\n", label, c)
+	}
 	for _, f := range failures {
 		fmt.Fprintln(out, f)
 	}

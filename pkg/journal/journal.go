@@ -1,6 +1,8 @@
-package remedy
+package journal
 
 import (
+	"sync"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,12 +54,39 @@ type FileBackup struct {
 	Backup string `json:"backup"`
 }
 
+// Outcome is how an attempt ended.
+type Outcome string
+
+// The outcomes.
+const (
+	OutcomeRemediated  Outcome = "remediated"
+	OutcomeFailed      Outcome = "failed"       // rolled back
+	OutcomeNeedsPerson Outcome = "needs_person" // nothing done
+	OutcomeDryRun      Outcome = "dry_run"
+	// OutcomeRefused: the kubelet would refuse to start with its
+	// configuration on this machine; not restarted.
+	OutcomeRefused Outcome = "refused"
+	// OutcomeInterrupted: hotplugd was stopped during the verification;
+	// the kubelet runs, the next hotplugd verifies.
+	OutcomeInterrupted Outcome = "interrupted"
+)
+
 // Entry is one finished attempt.
 type Entry struct {
+	// Seq numbers the entries of this journal, from 1.
+	Seq     int64     `json:"seq"`
 	Key     string    `json:"key"`
 	Start   time.Time `json:"start"`
 	Outcome Outcome   `json:"outcome"`
 	Why     string    `json:"why,omitempty"`
+	// Reason and Message are what the Node says about it: the Event's
+	// reason (Remediated, RemediationFailed, NeedsDrain,
+	// KubeletWouldRefuse) and its message for people, which the condition
+	// carries while the drift lasts.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Warning: a Warning Event (else Normal).
+	Warning bool `json:"warning,omitempty"`
 }
 
 // record is the journal file's contents.
@@ -68,6 +97,8 @@ type record struct {
 	// Attempts are the finished attempts, oldest first, at most
 	// maxEntries.
 	Attempts []Entry `json:"attempts"`
+	// Seq is the last entry's number.
+	Seq int64 `json:"seq"`
 }
 
 const (
@@ -85,19 +116,22 @@ const (
 // path keeps the record in memory only (tests, --dry-run).
 type Journal struct {
 	path string
-	rec  record
+
+	mu      sync.Mutex
+	rec     record
+	changed chan struct{}
 }
 
-// OpenJournal reads the journal at dir/remedy.json (none yet: empty).
+// Open reads the journal at dir/remedy.json (none yet: empty).
 // A file that cannot be read or parsed is an error and is left as it is:
 // the operator decides (the error says where and what to do).
-func OpenJournal(dir string) (*Journal, error) {
-	j := &Journal{rec: record{Version: journalVersion}}
+func Open(dir string) (*Journal, error) {
+	j := &Journal{rec: record{Version: journalVersion}, changed: make(chan struct{})}
 	if dir == "" {
 		return j, nil
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("remedy: journal: %w (create it, or give another --state-dir)", err)
+		return nil, fmt.Errorf("journal: %w (create it, or give another --state-dir)", err)
 	}
 	j.path = filepath.Join(dir, JournalFile)
 	b, err := statefile.Read(j.path)
@@ -105,17 +139,44 @@ func OpenJournal(dir string) (*Journal, error) {
 	case errors.Is(err, fs.ErrNotExist):
 		return j, nil
 	case err != nil:
-		return nil, fmt.Errorf("remedy: journal: %w", err)
+		return nil, fmt.Errorf("journal: %w", err)
 	}
 	var r record
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("remedy: journal %s is corrupt: %v (it was left as it is: if no kubelet restart by hotplugd is under way, move it aside and start hotplugd again)", j.path, err)
+		return nil, fmt.Errorf("journal %s is corrupt: %v (it was left as it is: if no kubelet restart by hotplugd is under way, move it aside and start hotplugd again)", j.path, err)
 	}
 	if r.Version != journalVersion {
-		return nil, fmt.Errorf("remedy: journal %s has layout version %d, this hotplugd writes %d (left as it is: move it aside after checking the kubelet runs)", j.path, r.Version, journalVersion)
+		return nil, fmt.Errorf("journal %s has layout version %d, this hotplugd writes %d (left as it is: move it aside after checking the kubelet runs)", j.path, r.Version, journalVersion)
 	}
 	j.rec = r
 	return j, nil
+}
+
+// Changed returns a channel closed at the journal's next change.
+func (j *Journal) Changed() <-chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.changed
+}
+
+// Since returns the entries numbered after seq, oldest first.
+func (j *Journal) Since(seq int64) []Entry {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out []Entry
+	for _, e := range j.rec.Attempts {
+		if e.Seq > seq {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Seq is the number of the last entry (0: none).
+func (j *Journal) Seq() int64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.rec.Seq
 }
 
 // Path is the journal's file ("" in memory only).
@@ -123,6 +184,8 @@ func (j *Journal) Path() string { return j.path }
 
 // Underway returns the remedy in progress, nil when none.
 func (j *Journal) Underway() *Underway {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	if j.rec.Underway == nil {
 		return nil
 	}
@@ -131,10 +194,16 @@ func (j *Journal) Underway() *Underway {
 }
 
 // Attempts returns the finished attempts, oldest first.
-func (j *Journal) Attempts() []Entry { return append([]Entry(nil), j.rec.Attempts...) }
+func (j *Journal) Attempts() []Entry {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]Entry(nil), j.rec.Attempts...)
+}
 
 // Last returns the last attempt for key, if any.
 func (j *Journal) Last(key string) (Entry, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	for i := len(j.rec.Attempts) - 1; i >= 0; i-- {
 		if j.rec.Attempts[i].Key == key {
 			return j.rec.Attempts[i], true
@@ -146,6 +215,8 @@ func (j *Journal) Last(key string) (Entry, bool) {
 // LastStart is the start of the latest attempt, under way or finished
 // (zero: none): the rate limit counts from it across restarts.
 func (j *Journal) LastStart() time.Time {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	var t time.Time
 	if n := len(j.rec.Attempts); n > 0 {
 		t = j.rec.Attempts[n-1].Start
@@ -158,14 +229,18 @@ func (j *Journal) LastStart() time.Time {
 
 // Begin writes u down as under way.
 func (j *Journal) Begin(u Underway) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	j.rec.Underway = &u
 	return j.save()
 }
 
 // Enter moves the remedy under way to phase p (and its files, when given).
 func (j *Journal) Enter(p Phase, files []FileBackup) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	if j.rec.Underway == nil {
-		return errors.New("remedy: journal: no remedy under way")
+		return errors.New("journal: no remedy under way")
 	}
 	j.rec.Underway.Phase = p
 	if files != nil {
@@ -174,9 +249,14 @@ func (j *Journal) Enter(p Phase, files []FileBackup) error {
 	return j.save()
 }
 
-// Finish records the outcome of the remedy under way and clears it.
+// Finish records the outcome of the remedy under way (if any) and clears
+// it; e's Seq is set.
 func (j *Journal) Finish(e Entry) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	j.rec.Underway = nil
+	j.rec.Seq++
+	e.Seq = j.rec.Seq
 	j.rec.Attempts = append(j.rec.Attempts, e)
 	if n := len(j.rec.Attempts); n > maxEntries {
 		j.rec.Attempts = append([]Entry(nil), j.rec.Attempts[n-maxEntries:]...)
@@ -184,16 +264,19 @@ func (j *Journal) Finish(e Entry) error {
 	return j.save()
 }
 
+// save writes the record (j.mu held) and tells the watchers.
 func (j *Journal) save() error {
+	close(j.changed)
+	j.changed = make(chan struct{})
 	if j.path == "" {
 		return nil
 	}
 	b, err := json.MarshalIndent(j.rec, "", "  ")
 	if err != nil {
-		return fmt.Errorf("remedy: journal: %w", err)
+		return fmt.Errorf("journal: %w", err)
 	}
 	if err := statefile.Replace(j.path, append(b, '\n')); err != nil {
-		return fmt.Errorf("remedy: journal: %w", err)
+		return fmt.Errorf("journal: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,410 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/hotplugd/hotplugd/internal/fixturegen"
+	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
+	"github.com/hotplugd/hotplugd/pkg/nodepatch"
+	"github.com/hotplugd/hotplugd/pkg/topology"
+)
+
+// fakeKubeletProcessMode makes the test binary a kubelet process: started
+// as "kubelet --config FILE", it reports the fixture machine ($FAKE_SYSFS,
+// $FAKE_PROCFS) with that configuration on its Node, unless $FAKE_MODE's
+// file says "broken", then runs until it is killed, as a kubelet does.
+const fakeKubeletProcessMode = "process"
+
+func fakeKubeletProcess() int {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	if err := reportFixture(); err != nil {
+		fmt.Fprintln(os.Stderr, "fake kubelet:", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "fake kubelet ready pid %d\n", os.Getpid())
+	<-sig
+	return 0
+}
+
+func reportFixture() error {
+	if mode, _ := os.ReadFile(os.Getenv("FAKE_MODE")); strings.TrimSpace(string(mode)) == "broken" {
+		return nil
+	}
+	k, err := kubeletconfig.FromArgs(os.Args[1:], "/")
+	if err != nil {
+		return err
+	}
+	snap, err := topology.NewFS(os.Getenv("FAKE_SYSFS"), os.Getenv("FAKE_PROCFS")).CapacitySnapshot()
+	if err != nil {
+		return err
+	}
+	alloc, err := snap.Allocatable(k.Config)
+	if err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("FAKE_KUBECONFIG"))
+	if err != nil {
+		return err
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return patchStatus(c, os.Getenv("FAKE_NODE"), snap.Capacity(), alloc)
+}
+
+// processRig is a fixture machine with a kubelet process hotplugd finds in
+// a procfs of its own (the fixture's files, the kubelet's /proc/<pid>
+// linked in), stopped and started by scripts that hotplugd and the test
+// (as the operator) both run.
+type processRig struct {
+	t                 *testing.T
+	dir, sys, proc    string
+	cfg, mode, calls  string
+	pidfile           string
+	start, stop       string
+	c                 kubernetes.Interface
+	node, kubeconfig  string
+	capacity, reports v1.ResourceList
+}
+
+func newProcessRig(t *testing.T, srv interface{ Client() kubernetes.Interface }, kubeconfig string, cpus int, cfgBody string, nodeCPUs string) *processRig {
+	t.Helper()
+	dir := t.TempDir()
+	if err := fixturegen.OneNode(cpus, 8<<20, 0).WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	r := &processRig{t: t, dir: dir, sys: filepath.Join(dir, "sys"), proc: filepath.Join(dir, "proc"),
+		cfg: filepath.Join(dir, "config.yaml"), mode: filepath.Join(dir, "mode"), calls: filepath.Join(dir, "calls"),
+		pidfile: filepath.Join(dir, "kubelet.pid"), c: srv.Client(), kubeconfig: kubeconfig}
+	// The uptime, for the kubelet's start time.
+	if err := os.Symlink("/proc/uptime", filepath.Join(r.proc, "uptime")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "root"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.writeConfig(cfgBody)
+	snap, err := topology.NewFS(r.sys, r.proc).CapacitySnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.capacity = snap.Capacity()
+	reported := withCPU(r.capacity, nodeCPUs)
+	r.node = createNode(t, r.c, "follow", reported, reported)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := fmt.Sprintf("%s=%s FAKE_MODE=%s FAKE_KUBECONFIG=%s FAKE_NODE=%s FAKE_SYSFS=%s FAKE_PROCFS=%s",
+		fakeKubeletEnv, fakeKubeletProcessMode, r.mode, kubeconfig, r.node, r.sys, r.proc)
+	// Both idempotent, as hotplugd requires: start leaves a running kubelet
+	// alone, stop a stopped one. $1 says who runs them.
+	r.start = filepath.Join(dir, "start.sh")
+	r.stop = filepath.Join(dir, "stop.sh")
+	writeScript(t, r.start, fmt.Sprintf(`p=$(cat %[1]s 2>/dev/null)
+if [ -n "$p" ] && [ -s /proc/$p/cmdline ]; then exit 0; fi
+echo "$1 start $(date +%%s%%N)" >> %[2]s
+env %[3]s bash -c 'exec -a kubelet "$0" --config "$1" --root-dir "$2"' %[4]s %[5]s %[6]s/root >> %[6]s/kubelet.log 2>&1 < /dev/null &
+p=$!
+echo $p > %[1]s
+ln -sfn /proc/$p %[7]s/$p
+`, r.pidfile, r.calls, env, self, r.cfg, dir, r.proc))
+	writeScript(t, r.stop, fmt.Sprintf(`echo "$1 stop $(date +%%s%%N)" >> %[2]s
+p=$(cat %[1]s 2>/dev/null)
+[ -n "$p" ] || exit 0
+kill $p 2>/dev/null
+while [ -s /proc/$p/cmdline ]; do sleep 0.02; done
+rm -f %[3]s/$p %[1]s
+`, r.pidfile, r.calls, r.proc))
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(r.pidfile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	return r
+}
+
+func writeScript(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte("#!/bin/bash\n"+body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (r *processRig) writeConfig(body string) {
+	r.t.Helper()
+	if err := os.WriteFile(r.cfg, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nhealthzPort: 0\n"+body), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *processRig) setBroken(broken bool) {
+	mode := "ok"
+	if broken {
+		mode = "broken"
+	}
+	if err := os.WriteFile(r.mode, []byte(mode), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// operator runs a script as the operator would (not through hotplugd);
+// a start returns once the kubelet has read its mode and reported.
+func (r *processRig) operator(script string) {
+	r.t.Helper()
+	if out, err := runScript(script, "operator"); err != nil {
+		r.t.Fatalf("%s: %v\n%s", script, err, out)
+	}
+	if script != r.start {
+		return
+	}
+	want := fmt.Sprintf("fake kubelet ready pid %d\n", r.pid())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(filepath.Join(r.dir, "kubelet.log"))
+		if strings.Contains(string(b), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("the fake kubelet did not start; its log:\n%s", b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func runScript(script, who string) ([]byte, error) {
+	cmd := exec.Command("bash", script, who)
+	return cmd.CombinedOutput()
+}
+
+// pid is the running kubelet's PID (0: none).
+func (r *processRig) pid() int {
+	b, _ := os.ReadFile(r.pidfile)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// hotplugdCalls are the stops and starts hotplugd asked for.
+func (r *processRig) hotplugdCalls() []string {
+	b, _ := os.ReadFile(r.calls)
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "hotplugd" {
+			out = append(out, f[1])
+		}
+	}
+	return out
+}
+
+// daemon starts hotplugd for the rig, with extra flags.
+func (r *processRig) daemon(stateDir string, extra ...string) *daemonProc {
+	r.t.Helper()
+	args := append([]string{"--node-name", r.node, "--kubeconfig", r.kubeconfig,
+		"--sysfs-root", r.sys, "--procfs-root", r.proc, "--kubelet-version", "v1.36.3",
+		"--remedy", "restart-kubelet", "--settle", "300ms", "--remedy-interval", "1s", "--remedy-timeout", "3s",
+		"--kubelet-poll", "200ms", "--kubelet-grace", "2s", "--state-dir", stateDir,
+		"--kubelet-stop-command", r.stop + " hotplugd", "--kubelet-start-command", r.start + " hotplugd"}, extra...)
+	return startClusterDaemon(r.t, args...)
+}
+
+// waitFound waits for hotplugd to log the kubelet with pid as found.
+func waitFound(t *testing.T, d *daemonProc, pid int, limits bool) {
+	t.Helper()
+	d.WaitFor(10*time.Second, func(e logEntry) bool {
+		got, _ := e.Fields["pid"].(float64)
+		want := "kubelet found"
+		if limits {
+			want = "kubelet found, with limits"
+		}
+		return e.Msg == want && int(got) == pid
+	})
+}
+
+func (r *processRig) nodeStatus() *v1.Node {
+	r.t.Helper()
+	n, err := r.c.CoreV1().Nodes().Get(context.Background(), r.node, metav1.GetOptions{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return n
+}
+
+// TestIntegrationFollowsKubeletRestart: an operator raises systemReserved
+// and restarts the kubelet: hotplugd follows the new kubelet and its
+// configuration; no drift, no restart of its own (issue 11, point 2). The
+// hotplugd that discovered the kubelet once predicted the old allocatable
+// and restarted the kubelet every --remedy-interval.
+func TestIntegrationFollowsKubeletRestart(t *testing.T) {
+	srv := sharedAPIServer(t)
+	kc := kubeconfigFor(t, srv)
+	r := newProcessRig(t, srv, kc, 4, "systemReserved:\n  cpu: 100m\n", "4")
+	r.operator(r.start)
+	waitNodeCPU(t, r, "3900m")
+	d := r.daemon(t.TempDir())
+	waitFound(t, d, r.pid(), false)
+	waitCondition(t, r.c, r.node, v1.ConditionFalse, 10*time.Second)
+
+	// The operator's change: the file first (the running kubelet does not
+	// read it), then the restart.
+	r.writeConfig("systemReserved:\n  cpu: 500m\n")
+	waitFound(t, d, r.pid(), true)
+	r.operator(r.stop)
+	r.operator(r.start)
+	waitNodeCPU(t, r, "3500m")
+	waitFound(t, d, r.pid(), false)
+
+	// Given time to act (settle, interval, grace), hotplugd does nothing.
+	time.Sleep(4 * time.Second)
+	if calls := r.hotplugdCalls(); len(calls) != 0 {
+		t.Errorf("hotplugd stopped or started the kubelet: %v", calls)
+	}
+	cond, node := condition(t, r.c, r.node)
+	if cond == nil || cond.Status != v1.ConditionFalse {
+		t.Errorf("condition %+v, want False", cond)
+	}
+	if ev := events(t, r.c, r.node, nodepatch.ReasonCapacityDrift); len(ev) != 0 {
+		t.Errorf("%d CapacityDrift events, want none: %s", len(ev), ev[0].Message)
+	}
+	if got := node.Annotations[nodepatch.AnnotationAllocatable]; !strings.Contains(got, "cpu=3500m") {
+		t.Errorf("hotplugd predicts allocatable %q, want cpu=3500m (the new systemReserved)", got)
+	}
+}
+
+// waitNodeCPU waits for the Node's allocatable cpu.
+func waitNodeCPU(t *testing.T, r *processRig, cpu string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := r.nodeStatus()
+		if q := n.Status.Allocatable[v1.ResourceCPU]; q.String() == cpu {
+			return
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(filepath.Join(r.dir, "kubelet.log"))
+			t.Fatalf("Node allocatable cpu %v, want %s; fake kubelet log:\n%s", n.Status.Allocatable.Cpu(), cpu, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestIntegrationKubeletAfterHotplugd: hotplugd started before any kubelet
+// runs predicts capacity only and keeps looking; once the kubelet runs it
+// predicts its allocatable and remedies a drift (issue 11, point 2: no
+// permanent downgrade).
+func TestIntegrationKubeletAfterHotplugd(t *testing.T) {
+	srv := sharedAPIServer(t)
+	kc := kubeconfigFor(t, srv)
+	r := newProcessRig(t, srv, kc, 4, "kubeReserved:\n  cpu: 200m\n", "4")
+	d := r.daemon(t.TempDir())
+	d.WaitFor(10*time.Second, func(e logEntry) bool { return strings.HasPrefix(e.Msg, "no kubelet") })
+	waitCondition(t, r.c, r.node, v1.ConditionFalse, 10*time.Second)
+	if got := r.nodeStatus().Annotations[nodepatch.AnnotationAllocatable]; got != "" {
+		t.Errorf("allocatable predicted without a kubelet: %q", got)
+	}
+
+	r.operator(r.start)
+	waitFound(t, d, r.pid(), false)
+	waitNodeCPU(t, r, "3800m")
+	// Now the kubelet's last report goes stale (as after a change it did
+	// not see): hotplugd compares allocatable and restarts it.
+	first := r.pid()
+	setStatus(t, r.c, r.node, r.capacity, withCPU(r.capacity, "3"))
+	d.WaitFor(20*time.Second, func(e logEntry) bool { return e.Msg == "remedy done" && e.Str("outcome") == "remediated" })
+	if got := strings.Join(r.hotplugdCalls(), ","); got != "stop,start" {
+		t.Errorf("hotplugd's kubelet calls %q, want stop,start", got)
+	}
+	if r.pid() == first {
+		t.Error("the kubelet process did not change")
+	}
+	waitCondition(t, r.c, r.node, v1.ConditionFalse, 10*time.Second)
+}
+
+// TestIntegrationFailedRemedyNotRepeated: a remedy that failed (the
+// restarted kubelet never reports the machine) is not attempted again for
+// the same drift by three hotplugds started after it on the same journal
+// (issue 11, point 4: a crash-looping hotplugd restarts nothing).
+func TestIntegrationFailedRemedyNotRepeated(t *testing.T) {
+	srv := sharedAPIServer(t)
+	kc := kubeconfigFor(t, srv)
+	r := newProcessRig(t, srv, kc, 4, "", "8") // the Node says 8 CPUs, the machine has 4
+	r.setBroken(true)
+	r.operator(r.start)
+	state := t.TempDir()
+	d := r.daemon(state)
+	d.WaitFor(20*time.Second, func(e logEntry) bool { return e.Msg == "remedy failed" })
+	if got := strings.Join(r.hotplugdCalls(), ","); got != "stop,start,stop,start" {
+		t.Fatalf("hotplugd's kubelet calls %q, want the restart and its rollback", got)
+	}
+	d.Stop()
+	for i := range 3 {
+		d := r.daemon(state)
+		d.WaitFor(10*time.Second, func(e logEntry) bool {
+			return e.Msg == "remedy plan" && strings.Contains(e.Str("plan"), "not repeated until one of them changes")
+		})
+		time.Sleep(2 * time.Second) // settle, interval and grace over
+		if got := len(r.hotplugdCalls()); got != 4 {
+			t.Fatalf("after hotplugd's restart %d: %d kubelet calls, want still 4", i+1, got)
+		}
+		d.Stop()
+	}
+	// A change of the kubelet's configuration (the operator's restart
+	// still leaves the Node as it was) allows one more attempt, which works.
+	r.writeConfig("kubeReserved:\n  cpu: 100m\n")
+	r.operator(r.stop)
+	r.operator(r.start)
+	r.setBroken(false)
+	d = r.daemon(state)
+	d.WaitFor(20*time.Second, func(e logEntry) bool { return e.Msg == "remedy done" && e.Str("outcome") == "remediated" })
+}
+
+// TestIntegrationRefusedConfigurationNoRestart: the machine lost the CPUs
+// reservedSystemCPUs names: a restarted kubelet would refuse to start, so
+// hotplugd does not restart it and says why in one Warning Event, in the
+// kubelet's words (issue 11, point 3).
+func TestIntegrationRefusedConfigurationNoRestart(t *testing.T) {
+	srv := sharedAPIServer(t)
+	kc := kubeconfigFor(t, srv)
+	// The kubelet started on 8 CPUs with CPUs 6-7 reserved; 4-7 are gone.
+	r := newProcessRig(t, srv, kc, 4, "reservedSystemCPUs: \"6-7\"\n", "8")
+	r.setBroken(true) // the running kubelet's Node stays as it was
+	r.operator(r.start)
+	state := t.TempDir()
+	d := r.daemon(state)
+	ev := waitEvents(t, r.c, r.node, nodepatch.ReasonKubeletWouldRefuse, 1, 20*time.Second)
+	if !strings.Contains(ev[0].Message, "not a subset of online-cpus") {
+		t.Errorf("event %q does not say it in the kubelet's words", ev[0].Message)
+	}
+	time.Sleep(3 * time.Second)
+	d.Stop()
+	d = r.daemon(state) // and not after a restart of hotplugd either
+	time.Sleep(3 * time.Second)
+	if calls := r.hotplugdCalls(); len(calls) != 0 {
+		t.Errorf("hotplugd stopped or started the kubelet: %v", calls)
+	}
+	if ev := events(t, r.c, r.node, nodepatch.ReasonKubeletWouldRefuse); len(ev) != 1 || ev[0].Count > 1 {
+		t.Errorf("KubeletWouldRefuse events %d (count %d), want one", len(ev), ev[0].Count)
+	}
+	cond, _ := condition(t, r.c, r.node)
+	if cond == nil || cond.Status != v1.ConditionTrue {
+		t.Errorf("condition %+v, want True", cond)
+	}
+}
