@@ -22,6 +22,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
 	"github.com/hotplugd/hotplugd/pkg/journal"
@@ -80,7 +81,8 @@ type Reporter struct {
 	ref      *v1.ObjectReference
 	metrics  reporterMetrics
 
-	wake chan struct{}
+	wake  chan struct{}
+	retry workqueue.TypedRateLimiter[string]
 
 	mu         sync.Mutex
 	prediction *Prediction
@@ -129,6 +131,7 @@ func New(o Options) (*Reporter, error) {
 		log:     o.Log.Named("nodepatch"),
 		clock:   o.Clock,
 		wake:    make(chan struct{}, 1),
+		retry:   workqueue.NewTypedItemExponentialFailureRateLimiter[string](o.RetryMin, o.RetryMax),
 		changed: make(chan struct{}),
 		// The kubelet names its Node in Events with the node name as UID;
 		// kubectl describe node looks them up that way.
@@ -299,6 +302,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 		err := r.sync(ctx)
 		if err == nil {
 			failures = 0
+			r.retry.Forget("node")
 			if retry != nil {
 				retry.Stop()
 				retryC = nil
@@ -310,7 +314,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 		}
 		failures++
 		r.metrics.errors.Inc()
-		wait := r.backoff(failures)
+		wait := r.backoff()
 		fields := []zap.Field{zap.Error(err), zap.Int("attempt", failures), zap.Duration("retry_in", wait)}
 		if failures == 1 || failures%10 == 0 {
 			r.log.Warn("writing the node failed; retrying", fields...)
@@ -326,14 +330,12 @@ func (r *Reporter) Run(ctx context.Context) error {
 	}
 }
 
-// backoff is RetryMin doubled per failure, capped at RetryMax, minus up to
-// 20% jitter so many nodes coming back together do not write in step.
-func (r *Reporter) backoff(failures int) time.Duration {
-	d := r.o.RetryMin
-	for i := 1; i < failures && d < r.o.RetryMax; i++ {
-		d *= 2
-	}
-	d = min(d, r.o.RetryMax)
+// backoff is the wait before the next retry of a failed write: RetryMin
+// doubled per failure in a row, capped at RetryMax (client-go workqueue's
+// exponential per-item rate limiter, forgotten on success), minus up to 20%
+// jitter so many nodes coming back together do not write in step.
+func (r *Reporter) backoff() time.Duration {
+	d := r.retry.When("node")
 	return d - time.Duration(rand.Int64N(int64(d)/5+1))
 }
 
