@@ -697,3 +697,43 @@ func TestIdleWakesTheRemedy(t *testing.T) {
 	r.setBusy(false)
 	r.attempts(1)
 }
+
+// TestRollbackWithAFailedStopKeepsTheFiles: when the rollback's stop fails
+// the kubelet may still run, and it writes its own state files: they are
+// not restored under it; the kubelet is started (a no-op if it runs)
+// (issue 11, point 5).
+func TestRollbackWithAFailedStopKeepsTheFiles(t *testing.T) {
+	k := &secondStopFails{}
+	var r *rig
+	r = newRigWith(t, 16, nil, func(r2 *rig) { r = r2; r.kubelet.fixes = false }, func(o *Options) {
+		k.fakeKubelet = o.Control.(*fakeKubelet)
+		o.Control = k
+	})
+	old, _ := os.ReadFile(r.state)
+	r.advance(3 * time.Second)
+	a := r.attempts(1)
+	if a[0].Outcome != OutcomeFailed {
+		t.Fatalf("outcome %s (%v)", a[0].Outcome, a[0].Err)
+	}
+	if diff := cmp.Diff([]string{"stop", "start", "stop", "start"}, k.Calls()); diff != "" {
+		t.Errorf("kubelet calls (-want +got):\n%s", diff)
+	}
+	if got, _ := os.ReadFile(r.state); string(got) == string(old) {
+		t.Error("the state file was restored although the kubelet may have been running")
+	}
+}
+
+// secondStopFails fails every stop after the first.
+type secondStopFails struct {
+	*fakeKubelet
+	stops int
+}
+
+func (k *secondStopFails) Stop(ctx context.Context) error {
+	k.stops++
+	err := k.fakeKubelet.Stop(ctx)
+	if k.stops > 1 {
+		return errors.New("job for kubelet.service canceled")
+	}
+	return err
+}
