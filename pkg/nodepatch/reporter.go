@@ -275,6 +275,14 @@ func (r *Reporter) Run(ctx context.Context) error {
 		return fmt.Errorf("nodepatch: %w", err)
 	}
 	go r.informer.RunWithContext(ctx)
+	// The add handler's poke can come before HasSynced turns true (the
+	// informer marks itself synced after handling its first list), and is
+	// then skipped below: wake the loop once the cache has synced.
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), r.informer.HasSynced) {
+			r.poke()
+		}
+	}()
 	r.log.Info("watching the node", zap.String("node", r.o.NodeName), zap.Bool("dry_run", r.o.DryRun))
 
 	var retry clock.Timer

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -498,6 +500,9 @@ func (m *Remedier) carryOut(ctx context.Context, a Attempt, facts *kubeletwatch.
 			a.Outcome, a.Err = OutcomeInterrupted, fmt.Errorf("remedy: hotplugd is stopping during the verification (the kubelet runs; the next hotplugd verifies it): %w", err)
 			return a
 		}
+		if errors.Is(err, errNodeUnknown) {
+			return m.fail(a, fmt.Errorf("%w: the kubelet runs on the repaired state files and was left running", err), next, false)
+		}
 		m.rollback()
 		return m.fail(a, err, next, true)
 	}
@@ -538,6 +543,8 @@ func (m *Remedier) recover(ctx context.Context, u journal.Underway) {
 			a.Message = "the kubelet restart a previous hotplugd began is verified: the Node shows the machine"
 		case ctx.Err() != nil:
 			return // still under way
+		case errors.Is(err, errNodeUnknown):
+			a = m.fail(a, fmt.Errorf("%w: the kubelet runs on the repaired state files and was left running", err), next, false)
 		default:
 			m.rollback()
 			a = m.fail(a, err, next, true)
@@ -648,12 +655,20 @@ func (m *Remedier) verify(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			if !st.Known() {
+				return fmt.Errorf("remedy: %w within %v (the API server may be away)", errNodeUnknown, m.o.Timeout)
+			}
 			return fmt.Errorf("remedy: the Node still reports %s after the kubelet restart (waited %v)",
 				st.Drift.Significant(), m.o.Timeout)
 		case <-changed:
 		}
 	}
 }
+
+// errNodeUnknown: the verification could not read the Node at all. The
+// kubelet then runs on repaired files hotplugd cannot judge: it is left
+// running, never rolled back on that ground.
+var errNodeUnknown = errors.New("the Node could not be read to verify the kubelet's restart")
 
 func (m *Remedier) waitHealthz(ctx context.Context, url string) error {
 	var last error
@@ -707,6 +722,13 @@ func (m *Remedier) rollback() {
 			}
 			done[f.Path] = true
 			if err == nil {
+				if why := m.refusedOnThisMachine(f.Path, data); why != "" {
+					m.log.Warn("not restoring a state file the kubelet would refuse on this machine; keeping the repaired one",
+						zap.String("file", f.Path), zap.String("backup", f.Backup), zap.String("why", why))
+					continue
+				}
+			}
+			if err == nil {
 				if !at.After(m.backupTime(f)) {
 					at = m.backupTime(f).Add(time.Nanosecond)
 				}
@@ -723,6 +745,40 @@ func (m *Remedier) rollback() {
 	if err := m.op("starting", m.start); err != nil {
 		m.log.Error("starting the kubelet after the rollback failed", zap.Error(err))
 	}
+}
+
+// refusedOnThisMachine says why the kubelet would refuse data as the state
+// file at path on the machine as it is now ("" when it would accept it, or
+// when that cannot be judged: then the backup is restored, as before the
+// remedy). A rollback never puts back a file that keeps the kubelet down.
+func (m *Remedier) refusedOnThisMachine(path string, data []byte) string {
+	f := m.o.Kubelet.Current()
+	if !f.Remediable() {
+		return ""
+	}
+	snap, err := m.o.Snapshot()
+	if err != nil {
+		return ""
+	}
+	dir, err := os.MkdirTemp("", "hotplugd-rollback-")
+	if err != nil {
+		return ""
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, filepath.Base(path)), data, 0o600); err != nil {
+		return ""
+	}
+	pf := preflightOptions(f, m.clock.Now())
+	pf.RootDir, pf.DryRun = dir, true
+	for _, r := range preflight.Run(snap, pf).Results {
+		if r.File == filepath.Base(path) && r.Verdict != preflight.Valid && r.Verdict != preflight.Absent && r.Verdict != preflight.Unknown {
+			if r.Why != "" {
+				return r.Why
+			}
+			return "the kubelet would refuse it on this machine (" + string(r.Verdict) + ")"
+		}
+	}
+	return ""
 }
 
 // backupTime is the time a backup's name was stamped with (zero when it

@@ -361,14 +361,17 @@ func TestVerificationFailureRollsBackAndIsRateLimited(t *testing.T) {
 	if a[0].Outcome != OutcomeFailed || a[0].Err == nil || !strings.Contains(a[0].Err.Error(), "still reports capacity cpu 2 -> 1") {
 		t.Fatalf("attempt %+v, want failed verification", a[0])
 	}
-	// stop, start (repaired), then the rollback: stop, start (restored).
+	// stop, start (repaired), then the rollback: stop, start as it was,
+	// but with the repaired file: the old one (8 CPUs on this 16-CPU
+	// machine) is one the kubelet refuses, and a rollback never puts back a
+	// file that keeps the kubelet down.
 	if diff := cmp.Diff([]string{"stop", "start", "stop", "start"}, r.kubelet.Calls()); diff != "" {
 		t.Errorf("kubelet calls (-want +got):\n%s", diff)
 	}
-	if got, _ := os.ReadFile(r.state); string(got) != string(old) {
-		t.Errorf("state file not restored:\n%s\nwant\n%s", got, old)
+	if got, _ := os.ReadFile(r.state); string(got) == string(old) || !strings.Contains(string(got), `"defaultCpuSet":"0-1,6-15"`) {
+		t.Errorf("state file after the rollback:\n%s\nwant the repaired one", got)
 	}
-	if r.kubelet.seen[1] != string(old) {
+	if r.kubelet.seen[1] != r.kubelet.seen[0] {
 		t.Errorf("the rollback started the kubelet with %s", r.kubelet.seen[1])
 	}
 	if diff := cmp.Diff([]string{nodepatch.ReasonRemediationFailed}, r.reasons()); diff != "" {
@@ -623,8 +626,9 @@ func TestRecoverEachPhase(t *testing.T) {
 					t.Errorf("state file after recovery:\n%s", got)
 				}
 			case OutcomeFailed:
-				if string(got) != r.old {
-					t.Errorf("state file not rolled back:\n%s", got)
+				// The old file is refused on this machine: kept repaired.
+				if string(got) == r.old {
+					t.Errorf("a state file the kubelet refuses was restored:\n%s", got)
 				}
 			}
 			if j.Underway() != nil {
@@ -736,4 +740,17 @@ func (k *secondStopFails) Stop(ctx context.Context) error {
 		return errors.New("job for kubelet.service canceled")
 	}
 	return err
+}
+
+// TestRollbackRestoresOnlyWhatTheKubeletAccepts: the rollback's judge of a
+// backup is the kubelet's start on the machine as it is now.
+func TestRollbackRestoresOnlyWhatTheKubeletAccepts(t *testing.T) {
+	r := newRig(t, 16, func(o *Options) { o.Mode = ModeReport })
+	old, _ := os.ReadFile(r.state)
+	if why := r.m.refusedOnThisMachine(r.state, old); !strings.Contains(why, "would refuse") {
+		t.Errorf("an 8-CPU file on 16 CPUs: %q, want the kubelet's refusal", why)
+	}
+	if why := r.m.refusedOnThisMachine(r.state, []byte(fixedState16)); why != "" {
+		t.Errorf("a file for these 16 CPUs refused: %s", why)
+	}
 }
