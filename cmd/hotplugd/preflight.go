@@ -168,10 +168,13 @@ func runPreflight(args []string, stdout, stderr io.Writer) int {
 	if warning != "" {
 		warnf(stderr, "%s: checking nothing, changing nothing", warning)
 	}
-	rep := preflight.Run(snap, preflight.Options{
-		RootDir: k.RootDir, Config: k.Config, AllocatableIgnoresEviction: k.AllocatableIgnoresEviction,
-		Release: rel, Version: v, DryRun: o.DryRun, AllowDrop: o.AllowDrop, Now: time.Now(),
-	})
+	opts, err := preflight.OptionsFor(k)
+	if err != nil {
+		warnf(stderr, "%v: checking nothing, changing nothing", err)
+		return 0
+	}
+	opts.Release, opts.Version, opts.DryRun, opts.AllowDrop, opts.Now = rel, v, o.DryRun, o.AllowDrop, time.Now()
+	rep := preflight.Run(snap, opts)
 	for _, w := range rep.Warnings() {
 		warnf(stderr, "%s", w)
 	}

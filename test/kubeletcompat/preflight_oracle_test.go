@@ -349,7 +349,7 @@ func TestPreflightExit2OnlyWhereKubeletRefuses(t *testing.T) {
 				t.Run(tt.name+"/"+v.name, func(t *testing.T) {
 					cm := newCPUMachine(t, tt.new)
 					k := fromCPU(tt.kubelet)
-					c.add(checkPreflight(t, pfMachine{cm.info, cm.snap}, v.args(t, k, t.TempDir()), b, nil))
+					c.add(checkPreflight(t, pfMachine(cm), v.args(t, k, t.TempDir()), b, nil))
 				})
 			}
 		}
@@ -368,7 +368,7 @@ func TestPreflightExit2OnlyWhereKubeletRefuses(t *testing.T) {
 				for _, v := range pfVariants(false) {
 					t.Run(fmt.Sprintf("%s/gate %v/%s", name, gate, v.name), func(t *testing.T) {
 						cm := newCPUMachine(t, cpuLine(8, 1))
-						c.add(checkPreflight(t, pfMachine{cm.info, cm.snap}, v.args(t, fromCPU(k), t.TempDir()), inputs[name], nil))
+						c.add(checkPreflight(t, pfMachine(cm), v.args(t, fromCPU(k), t.TempDir()), inputs[name], nil))
 					})
 				}
 			}
@@ -399,7 +399,7 @@ func TestPreflightExit2OnlyWhereKubeletRefuses(t *testing.T) {
 				for _, v := range pfVariants(true) {
 					t.Run(v.name, func(t *testing.T) {
 						newM := newMemMachine(t, 2, []int{2048, 1048576}, tc.new...)
-						c.add(checkPreflight(t, pfMachine{newM.info, newM.snap}, v.args(t, fromMem(after), t.TempDir()), nil, oldBytes))
+						c.add(checkPreflight(t, pfMachine(newM), v.args(t, fromMem(after), t.TempDir()), nil, oldBytes))
 					})
 				}
 			})
@@ -419,7 +419,7 @@ func TestPreflightExit2OnlyWhereKubeletRefuses(t *testing.T) {
 				for _, v := range pfVariants(false) {
 					t.Run(fmt.Sprintf("%s/%s gate %v/%s", name, k.policy, k.podLevel, v.name), func(t *testing.T) {
 						m := memVectorMachine(t, 8)
-						c.add(checkPreflight(t, pfMachine{m.info, m.snap}, v.args(t, fromMem(k), t.TempDir()), nil, inputs[name]))
+						c.add(checkPreflight(t, pfMachine(m), v.args(t, fromMem(k), t.TempDir()), nil, inputs[name]))
 					})
 				}
 			}
