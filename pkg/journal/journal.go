@@ -46,6 +46,21 @@ type Underway struct {
 	// names are fixed before the write, so a write interrupted at any
 	// point can be undone).
 	Files []FileBackup `json:"files,omitempty"`
+	// Kubelet is the kubelet the restart is for, as discovered before its
+	// stop: the next hotplugd finishes the restart for it even though no
+	// kubelet runs then to be discovered.
+	Kubelet *Kubelet `json:"kubelet,omitempty"`
+}
+
+// Kubelet is what finishing a restart needs to know about the kubelet.
+type Kubelet struct {
+	// Config is its effective KubeletConfiguration (JSON).
+	Config                     json.RawMessage `json:"config"`
+	RootDir                    string          `json:"rootDir"`
+	StateDir                   string          `json:"stateDir"`
+	HealthzURL                 string          `json:"healthzURL,omitempty"`
+	AllocatableIgnoresEviction bool            `json:"allocatableIgnoresEviction,omitempty"`
+	Version                    string          `json:"version"`
 }
 
 // FileBackup is one state file and where its old contents are kept.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,10 +20,13 @@ import (
 	"go.uber.org/zap"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
 	"github.com/hotplugd/hotplugd/internal/faultpoint"
 	"github.com/hotplugd/hotplugd/pkg/journal"
+	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/kubeletwatch"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 	"github.com/hotplugd/hotplugd/pkg/preflight"
@@ -444,7 +448,11 @@ func (m *Remedier) restart(ctx context.Context, plan Plan, start time.Time) Atte
 	}
 	pf.DryRun = false
 	files := plannedBackups(dry, pf.Now)
-	if err := m.journal.Begin(journal.Underway{Key: plan.Key, Phase: journal.PhaseStopping, Start: start, Drift: plan.Drift.String(), Files: files}); err != nil {
+	rec, err := recordKubelet(facts)
+	if err == nil {
+		err = m.journal.Begin(journal.Underway{Key: plan.Key, Phase: journal.PhaseStopping, Start: start, Drift: plan.Drift.String(), Files: files, Kubelet: rec})
+	}
+	if err != nil {
 		// Without the record a crash could leave the kubelet stopped for
 		// good: no stop.
 		a.Outcome, a.Err = OutcomeFailed, fmt.Errorf("remedy: not restarting the kubelet: %w", err)
@@ -482,11 +490,11 @@ func (m *Remedier) carryOut(ctx context.Context, a Attempt, facts *kubeletwatch.
 	if report.NeedsPerson() {
 		// Changed while the kubelet was stopping (it writes its state
 		// files when it admits pods): start it as it was.
-		m.rollback()
+		m.rollback(facts)
 		return m.needsPerson(a, next)
 	}
 	if err := m.op("starting", m.start); err != nil {
-		m.rollback()
+		m.rollback(facts)
 		return m.fail(a, err, next, true)
 	}
 	m.enter(journal.PhaseVerifying, nil)
@@ -495,7 +503,7 @@ func (m *Remedier) carryOut(ctx context.Context, a Attempt, facts *kubeletwatch.
 		a.Outcome, a.Err = OutcomeInterrupted, errors.New("remedy: hotplugd is stopping: the kubelet was started; the next hotplugd verifies it")
 		return a
 	}
-	if err := m.verify(ctx); err != nil {
+	if err := m.verify(ctx, facts); err != nil {
 		if ctx.Err() != nil {
 			a.Outcome, a.Err = OutcomeInterrupted, fmt.Errorf("remedy: hotplugd is stopping during the verification (the kubelet runs; the next hotplugd verifies it): %w", err)
 			return a
@@ -503,7 +511,7 @@ func (m *Remedier) carryOut(ctx context.Context, a Attempt, facts *kubeletwatch.
 		if errors.Is(err, errNodeUnknown) {
 			return m.fail(a, fmt.Errorf("%w: the kubelet runs on the repaired state files and was left running", err), next, false)
 		}
-		m.rollback()
+		m.rollback(facts)
 		return m.fail(a, err, next, true)
 	}
 	a.Outcome, a.Reason = OutcomeRemediated, nodepatch.ReasonRemediated
@@ -531,11 +539,21 @@ func (m *Remedier) recover(ctx context.Context, u journal.Underway) {
 		m.log.Error("a kubelet restart was under way but this hotplugd has no kubelet control: make sure the kubelet runs", zap.String("journal", m.journal.Path()))
 		return
 	}
+	// The kubelet as it is now, else as it was when the restart began: a
+	// kubelet the killed hotplugd stopped is not there to be discovered.
+	facts := m.o.Kubelet.Refresh(ctx)
+	if !facts.Remediable() {
+		if f, err := factsFrom(u.Kubelet); err == nil {
+			facts = f
+		} else {
+			m.log.Warn("the journal does not say which kubelet the restart was for", zap.Error(err))
+		}
+	}
 	switch u.Phase {
 	case journal.PhaseVerifying:
 		err := m.op("starting", m.start) // a no-op when it runs
 		if err == nil {
-			err = m.verify(ctx)
+			err = m.verify(ctx, facts)
 		}
 		switch {
 		case err == nil:
@@ -546,18 +564,17 @@ func (m *Remedier) recover(ctx context.Context, u journal.Underway) {
 		case errors.Is(err, errNodeUnknown):
 			a = m.fail(a, fmt.Errorf("%w: the kubelet runs on the repaired state files and was left running", err), next, false)
 		default:
-			m.rollback()
+			m.rollback(facts)
 			a = m.fail(a, err, next, true)
 		}
 	case journal.PhaseRollingBack:
-		m.rollback()
+		m.rollback(facts)
 		a = m.fail(a, errors.New("remedy: a previous hotplugd was rolling back a kubelet restart; rolled back"), next, true)
 	default:
-		facts := m.o.Kubelet.Refresh(ctx)
 		snap, err := m.o.Snapshot()
 		if err != nil || !facts.Remediable() {
-			// Cannot repair now: put the old files back, start the kubelet.
-			m.rollback()
+			// Cannot repair now: put back what the kubelet accepts, start it.
+			m.rollback(facts)
 			if err == nil {
 				err = errors.New(facts.Limit())
 			}
@@ -572,6 +589,40 @@ func (m *Remedier) recover(ctx context.Context, u journal.Underway) {
 		}
 	}
 	m.record(m.finish(a, u.Start), start)
+}
+
+// recordKubelet is what the journal keeps of the kubelet a restart is for.
+func recordKubelet(f *kubeletwatch.Facts) (*journal.Kubelet, error) {
+	cfg, err := json.Marshal(f.Kubelet.Config)
+	if err != nil {
+		return nil, fmt.Errorf("remedy: the kubelet's configuration for the journal: %w", err)
+	}
+	return &journal.Kubelet{Config: cfg, RootDir: f.Kubelet.RootDir, StateDir: f.StateDir, HealthzURL: f.Kubelet.HealthzURL,
+		AllocatableIgnoresEviction: f.Kubelet.AllocatableIgnoresEviction, Version: f.Version.String()}, nil
+}
+
+// factsFrom rebuilds the facts a restart began with from the journal.
+func factsFrom(k *journal.Kubelet) (*kubeletwatch.Facts, error) {
+	if k == nil {
+		return nil, errors.New("no kubelet recorded")
+	}
+	v, err := kubeletversion.Parse(k.Version)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := kubeletversion.Lookup(v)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &kubeletv1beta1.KubeletConfiguration{}
+	if err := json.Unmarshal(k.Config, cfg); err != nil {
+		return nil, fmt.Errorf("the recorded configuration: %w", err)
+	}
+	return &kubeletwatch.Facts{
+		Kubelet: &kubeletconfig.Kubelet{Config: cfg, RootDir: k.RootDir, HealthzURL: k.HealthzURL,
+			AllocatableIgnoresEviction: k.AllocatableIgnoresEviction},
+		Version: v, VersionFrom: "the remedy journal", Release: rel, StateDir: k.StateDir,
+	}, nil
 }
 
 // preflightOptions are the state-file options for the kubelet of f.
@@ -638,10 +689,10 @@ func (m *Remedier) op(what string, f func(context.Context) error) error {
 
 // verify waits for the kubelet's healthz, then for the Node to show the
 // prediction.
-func (m *Remedier) verify(ctx context.Context) error {
+func (m *Remedier) verify(ctx context.Context, f *kubeletwatch.Facts) error {
 	ctx, cancel := context.WithTimeout(ctx, m.o.Timeout)
 	defer cancel()
-	if f := m.o.Kubelet.Current(); f != nil && f.Kubelet != nil && f.Kubelet.HealthzURL != "" {
+	if f != nil && f.Kubelet != nil && f.Kubelet.HealthzURL != "" {
 		if err := m.waitHealthz(ctx, f.Kubelet.HealthzURL); err != nil {
 			return err
 		}
@@ -700,7 +751,7 @@ func (m *Remedier) waitHealthz(ctx context.Context, url string) error {
 // Files are restored only once the stop succeeded: a kubelet that may still
 // run writes its own state files. Nothing here depends on the daemon's
 // cancellation.
-func (m *Remedier) rollback() {
+func (m *Remedier) rollback(facts *kubeletwatch.Facts) {
 	m.enter(journal.PhaseRollingBack, nil)
 	m.log.Warn("rolling back: restoring the state files and restarting the kubelet as it was")
 	if err := m.op("stopping", m.o.Control.Stop); err != nil {
@@ -722,7 +773,7 @@ func (m *Remedier) rollback() {
 			}
 			done[f.Path] = true
 			if err == nil {
-				if why := m.refusedOnThisMachine(f.Path, data); why != "" {
+				if why := m.refusedOnThisMachine(facts, f.Path, data); why != "" {
 					m.log.Warn("not restoring a state file the kubelet would refuse on this machine; keeping the repaired one",
 						zap.String("file", f.Path), zap.String("backup", f.Backup), zap.String("why", why))
 					continue
@@ -751,8 +802,7 @@ func (m *Remedier) rollback() {
 // file at path on the machine as it is now ("" when it would accept it, or
 // when that cannot be judged: then the backup is restored, as before the
 // remedy). A rollback never puts back a file that keeps the kubelet down.
-func (m *Remedier) refusedOnThisMachine(path string, data []byte) string {
-	f := m.o.Kubelet.Current()
+func (m *Remedier) refusedOnThisMachine(f *kubeletwatch.Facts, path string, data []byte) string {
 	if !f.Remediable() {
 		return ""
 	}

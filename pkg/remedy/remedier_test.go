@@ -140,24 +140,29 @@ type rig struct {
 	idleCh  chan struct{}
 }
 
-// fixedKubelet is a kubelet that never changes.
+// fixedKubelet is a kubelet that never changes; gone: none is running
+// (discovery finds nothing), as after a stop.
 type fixedKubelet struct {
 	mu       sync.Mutex
 	f        *kubeletwatch.Facts
+	gone     bool
 	refreshs int
 }
 
 func (k *fixedKubelet) Current() *kubeletwatch.Facts {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.gone {
+		return &kubeletwatch.Facts{Limits: []string{"no kubelet running yet: capacity only"}}
+	}
 	return k.f
 }
 
 func (k *fixedKubelet) Refresh(context.Context) *kubeletwatch.Facts {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	k.refreshs++
-	return k.f
+	k.mu.Unlock()
+	return k.Current()
 }
 
 // newRig: a 16-CPU machine, a static-policy kubelet whose state file was
@@ -605,12 +610,19 @@ func TestRecoverEachPhase(t *testing.T) {
 						t.Fatal(b, err)
 					}
 				}
-				if err := j.Begin(journal.Underway{Key: "k", Phase: tt.phase, Start: at, Files: []journal.FileBackup{{Path: r.state, Backup: backup}}}); err != nil {
+				rec, err := recordKubelet(r.facts.f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := j.Begin(journal.Underway{Key: "k", Phase: tt.phase, Start: at, Files: []journal.FileBackup{{Path: r.state, Backup: backup}}, Kubelet: rec}); err != nil {
 					t.Fatal(err)
 				}
 				r.old = string(old)
 				// The kubelet reports the machine again only after a start.
 				r.node.setDrift(cpuDrift)
+				// The killed hotplugd may have stopped it: discovery finds
+				// none, the journal says which kubelet it was.
+				r.facts.gone = tt.phase != journal.PhaseVerifying
 			})
 			a := r.attempts(1)
 			if a[0].Outcome != tt.wantOut {
@@ -747,10 +759,10 @@ func (k *secondStopFails) Stop(ctx context.Context) error {
 func TestRollbackRestoresOnlyWhatTheKubeletAccepts(t *testing.T) {
 	r := newRig(t, 16, func(o *Options) { o.Mode = ModeReport })
 	old, _ := os.ReadFile(r.state)
-	if why := r.m.refusedOnThisMachine(r.state, old); !strings.Contains(why, "would refuse") {
+	if why := r.m.refusedOnThisMachine(r.facts.f, r.state, old); !strings.Contains(why, "would refuse") {
 		t.Errorf("an 8-CPU file on 16 CPUs: %q, want the kubelet's refusal", why)
 	}
-	if why := r.m.refusedOnThisMachine(r.state, []byte(fixedState16)); why != "" {
+	if why := r.m.refusedOnThisMachine(r.facts.f, r.state, []byte(fixedState16)); why != "" {
 		t.Errorf("a file for these 16 CPUs refused: %s", why)
 	}
 }
