@@ -139,7 +139,6 @@ type Watcher struct {
 	version      kubeletversion.Version
 	versionFrom  string
 	versionErr   error
-	logged       string
 }
 
 // New returns a Watcher; nothing is discovered before Refresh or Run.

@@ -504,8 +504,7 @@ func (k *failingKubelet) String() string              { return "failing kubelet"
 // finishes it (issue 11, point 4).
 func TestSIGTERMAfterTheStopEndsWithTheKubeletRunning(t *testing.T) {
 	stopped := make(chan struct{})
-	var r *rig
-	r = newRig(t, 16, func(o *Options) {
+	r := newRig(t, 16, func(o *Options) {
 		o.Control = &hookKubelet{fakeKubelet: r2k(o), onStop: func() { close(stopped) }}
 	})
 	r.advance(3 * time.Second)

@@ -74,14 +74,14 @@ func reportFixture() error {
 // linked in), stopped and started by scripts that hotplugd and the test
 // (as the operator) both run.
 type processRig struct {
-	t                 *testing.T
-	dir, sys, proc    string
-	cfg, mode, calls  string
-	pidfile           string
-	start, stop       string
-	c                 kubernetes.Interface
-	node, kubeconfig  string
-	capacity, reports v1.ResourceList
+	t                *testing.T
+	dir, sys, proc   string
+	cfg, mode, calls string
+	pidfile          string
+	start, stop      string
+	c                kubernetes.Interface
+	node, kubeconfig string
+	capacity         v1.ResourceList
 }
 
 func newProcessRig(t *testing.T, srv interface{ Client() kubernetes.Interface }, kubeconfig string, cpus int, cfgBody string, nodeCPUs string) *processRig {
@@ -395,7 +395,7 @@ func TestIntegrationRefusedConfigurationNoRestart(t *testing.T) {
 	}
 	time.Sleep(3 * time.Second)
 	d.Stop()
-	d = r.daemon(state) // and not after a restart of hotplugd either
+	r.daemon(state) // and not after a restart of hotplugd either
 	time.Sleep(3 * time.Second)
 	if calls := r.hotplugdCalls(); len(calls) != 0 {
 		t.Errorf("hotplugd stopped or started the kubelet: %v", calls)
