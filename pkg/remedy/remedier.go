@@ -534,9 +534,13 @@ func (m *Remedier) recover(ctx context.Context, u journal.Underway) {
 	a := Attempt{Key: u.Key}
 	next := m.next(start)
 	if m.o.Control == nil {
-		// --remedy=report now: nothing may be stopped, but the kubelet
-		// must run.
-		m.log.Error("a kubelet restart was under way but this hotplugd has no kubelet control: make sure the kubelet runs", zap.String("journal", m.journal.Path()))
+		// No way to stop or start the kubelet here: say so on the Node
+		// (and let the reporter write again), a person makes sure it runs.
+		err := fmt.Errorf("remedy: a kubelet restart (phase %s) was under way when hotplugd stopped, and this hotplugd cannot control the kubelet: make sure it runs (systemctl start kubelet)", u.Phase)
+		m.log.Error("cannot finish the kubelet restart under way", zap.Error(err), zap.String("journal", m.journal.Path()))
+		a.Outcome, a.Err = OutcomeFailed, err
+		a.Reason, a.Message, a.Warning = nodepatch.ReasonRemediationFailed, err.Error(), true
+		m.record(m.finish(a, u.Start), start)
 		return
 	}
 	// The kubelet as it is now, else as it was when the restart began: a

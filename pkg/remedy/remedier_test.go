@@ -765,3 +765,27 @@ func TestRollbackRestoresOnlyWhatTheKubeletAccepts(t *testing.T) {
 		t.Errorf("a file for these 16 CPUs refused: %s", why)
 	}
 }
+
+// TestRecoverWithoutControlReportsAndLetsGo: a restart left under way that
+// this hotplugd cannot finish (no kubelet control) is reported for a
+// person, and the journal no longer holds the reporter's writes.
+func TestRecoverWithoutControlReportsAndLetsGo(t *testing.T) {
+	j, err := journal.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Begin(journal.Underway{Key: "k", Phase: journal.PhaseRepairing, Start: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	r := newRigWith(t, 16, j, nil, func(o *Options) { o.Mode, o.Control = ModeReport, nil })
+	a := r.attempts(1)
+	if a[0].Outcome != OutcomeFailed || !strings.Contains(a[0].Err.Error(), "make sure it runs") {
+		t.Fatalf("attempt %+v", a[0])
+	}
+	if j.Underway() != nil {
+		t.Errorf("still under way: %+v", j.Underway())
+	}
+	if e := j.Attempts(); len(e) != 1 || e[0].Reason != nodepatch.ReasonRemediationFailed {
+		t.Errorf("journal entries %+v", e)
+	}
+}
