@@ -367,7 +367,6 @@ func bootTime(procRoot string) (time.Time, error) {
 // (one stat file) or, with none known, looks for one; inotify on the
 // configuration files and directories reports their writes.
 func (w *Watcher) Run(ctx context.Context) error {
-	f := w.Refresh(ctx)
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("kubeletwatch: %w", err)
@@ -375,11 +374,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 	defer fw.Close()
 	watched := map[string]bool{}
 	files := map[string]bool{}
-	watch := func(f *Facts) {
-		clear(files)
+	// watch adds inotify watches for what f was read from; it reports
+	// whether it added one.
+	watch := func(f *Facts) bool {
 		if f.Kubelet == nil {
-			return
+			// Not readable now (a file being rewritten, no kubelet): keep
+			// watching what was read last.
+			return false
 		}
+		added := false
+		clear(files)
 		for _, p := range f.Kubelet.Files {
 			files[filepath.Clean(p)] = true
 			dir := filepath.Dir(p)
@@ -391,11 +395,24 @@ func (w *Watcher) Run(ctx context.Context) error {
 					w.log.Debug("cannot watch", zap.String("dir", dir), zap.Error(err))
 					continue
 				}
-				watched[dir] = true
+				watched[dir], added = true, true
+			}
+		}
+		return added
+	}
+	// Discover, watch what was read, and discover again while that added
+	// a watch: a write before the watch is in the next read, a later one
+	// comes through inotify.
+	var f *Facts
+	refresh := func() {
+		for range 4 {
+			f = w.Refresh(ctx)
+			if !watch(f) {
+				return
 			}
 		}
 	}
-	watch(f)
+	refresh()
 	t := w.o.Clock.NewTicker(w.o.Poll)
 	defer t.Stop()
 	for {
@@ -404,8 +421,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return nil
 		case <-t.C():
 			if !w.stillRunning(f) {
-				f = w.Refresh(ctx)
-				watch(f)
+				refresh()
 			}
 		case ev, ok := <-fw.Events:
 			if !ok {
@@ -413,8 +429,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			}
 			if files[filepath.Clean(ev.Name)] || files[filepath.Dir(ev.Name)] {
 				w.log.Debug("kubelet configuration written", zap.String("file", ev.Name), zap.Stringer("op", ev.Op))
-				f = w.Refresh(ctx)
-				watch(f)
+				refresh()
 			}
 		case err, ok := <-fw.Errors:
 			if !ok {
