@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"text/tabwriter"
@@ -421,7 +422,7 @@ type crashNode struct {
 	start      string
 	// cur is the machine now (an index into fx.machines); seq counts the
 	// trials.
-	cur int
+	cur atomic.Int32 // read by the kubelet manager's goroutines
 	seq int
 }
 
@@ -429,7 +430,7 @@ func newCrashNode(t *testing.T, i int, c kubernetes.Interface, kubeconfig string
 	t.Helper()
 	n := &crashNode{name: fmt.Sprintf("node%d", i), fx: fx, c: c, kubeconfig: kubeconfig,
 		root: t.TempDir(), stateDir: t.TempDir(), dir: t.TempDir(), faulty: faulty}
-	m := fx.machines[n.cur]
+	m := fx.machines[n.cur.Load()]
 	writeCrashStateFiles(t, n.root, m)
 	n.node = createNode(t, c, "crash", m.capacity, m.allocatable)
 	n.kubelet = newCrashKubeletManager(t, n.dir, func() []string {
@@ -460,7 +461,7 @@ func crashHelperGorace() string {
 	return strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
 }
 
-func (n *crashNode) machine() *crashMachine { return n.fx.machines[n.cur] }
+func (n *crashNode) machine() *crashMachine { return n.fx.machines[n.cur.Load()] }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
@@ -506,7 +507,7 @@ type crashOutcome struct {
 func (n *crashNode) trial(t *testing.T, spec crashSpec) (o crashOutcome) {
 	n.seq++
 	o.seq = n.seq
-	n.cur = 1 - n.cur
+	n.cur.Store(1 - n.cur.Load())
 	m := n.machine()
 	refusals := n.kubelet.Refusals()
 	defer func() { o.kubeletRefused = n.kubelet.Refusals() - refusals }()
@@ -1224,7 +1225,7 @@ func TestIntegrationCrashRecoveryBlind(t *testing.T) {
 	n := newCrashNode(t, 0, srv.Client(), kubeconfig, fx, faulty)
 
 	n.seq++
-	n.cur = 1 - n.cur
+	n.cur.Store(1 - n.cur.Load())
 	m := n.machine()
 	d, marker := n.startFaulty(t, crashSpec{syscall.SIGKILL, faultpoint.RemedyStarted})
 	if err := waitCrashFile(marker, d, crashConverge); err != nil {
