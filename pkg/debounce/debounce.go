@@ -129,12 +129,20 @@ func New(clk clock.Clock, quiet, maxDelay time.Duration) *Debouncer {
 	}
 }
 
-// Trigger records a trigger now. It never blocks.
+// Trigger records a trigger now. It never blocks. Only the first trigger
+// of a batch wakes Run: a later one moves the deadline later, never
+// earlier, and Run's timer re-reads the window when it fires. (Waking Run on
+// every trigger also had it re-arm its timer from a clock reading that a
+// fake clock could step past in between.)
 func (d *Debouncer) Trigger(t Trigger) {
 	d.mu.Lock()
 	d.busyLocked()
+	first := !d.window.Pending()
 	d.window.Add(t, d.clock.Now())
 	d.mu.Unlock()
+	if !first {
+		return
+	}
 	select {
 	case d.wake <- struct{}{}:
 	default:
@@ -213,6 +221,13 @@ func (d *Debouncer) Run(ctx context.Context, fire func(Batch)) error {
 	}
 	defer stop()
 	for {
+		// What a pending wake announced is read below: drop it, so it
+		// does not have this loop re-arm a timer a moment later from a
+		// clock reading a fake clock can be stepped past.
+		select {
+		case <-d.wake:
+		default:
+		}
 		d.mu.Lock()
 		now := d.clock.Now()
 		b, due := d.window.Due(now)
