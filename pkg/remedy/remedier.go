@@ -814,7 +814,9 @@ func (m *Remedier) refusedOnThisMachine(f *kubeletwatch.Facts, path string, data
 	if err != nil {
 		return ""
 	}
-	dir, err := os.MkdirTemp("", "hotplugd-rollback-")
+	// Beside the state file, in the directory hotplugd writes anyway: the
+	// DaemonSet's root file system (and so /tmp) is read-only.
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".hotplugd-rollback-")
 	if err != nil {
 		return ""
 	}

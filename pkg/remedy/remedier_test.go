@@ -756,6 +756,8 @@ func (k *secondStopFails) Stop(ctx context.Context) error {
 // TestRollbackRestoresOnlyWhatTheKubeletAccepts: the rollback's judge of a
 // backup is the kubelet's start on the machine as it is now.
 func TestRollbackRestoresOnlyWhatTheKubeletAccepts(t *testing.T) {
+	// As in the DaemonSet, whose root file system is read-only: no /tmp.
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "nonexistent"))
 	r := newRig(t, 16, func(o *Options) { o.Mode = ModeReport })
 	old, _ := os.ReadFile(r.state)
 	if why := r.m.refusedOnThisMachine(r.facts.f, r.state, old); !strings.Contains(why, "would refuse") {
