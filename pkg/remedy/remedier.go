@@ -60,6 +60,8 @@ type NodeView interface {
 type KubeletSource interface {
 	Current() *kubeletwatch.Facts
 	Refresh(ctx context.Context) *kubeletwatch.Facts
+	// Changed is closed at the next change of the facts.
+	Changed() <-chan struct{}
 }
 
 // Options configure a Remedier.
@@ -243,7 +245,8 @@ func (m *Remedier) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		changed := m.o.Node.Changed()
+		// Taken before deciding: a change in between closes them.
+		changed, kubeletC := m.o.Node.Changed(), m.o.Kubelet.Changed()
 		var idle <-chan struct{}
 		if m.o.Idle != nil {
 			idle = m.o.Idle() // before Busy is read: a transition in between closes it
@@ -281,10 +284,6 @@ func (m *Remedier) Run(ctx context.Context) error {
 			} else {
 				busyC = m.clock.After(100 * time.Millisecond)
 			}
-		}
-		var kubeletC <-chan struct{}
-		if kw, ok := m.o.Kubelet.(interface{ Changed() <-chan struct{} }); ok {
-			kubeletC = kw.Changed()
 		}
 		select {
 		case <-ctx.Done():

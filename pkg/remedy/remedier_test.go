@@ -158,6 +158,9 @@ func (k *fixedKubelet) Current() *kubeletwatch.Facts {
 	return k.f
 }
 
+// Changed never fires: the facts are fixed.
+func (k *fixedKubelet) Changed() <-chan struct{} { return nil }
+
 func (k *fixedKubelet) Refresh(context.Context) *kubeletwatch.Facts {
 	k.mu.Lock()
 	k.refreshs++
