@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes and etcd programs the tests run (kube-apiserver,
-# kubelet, etcd) from the Go module proxy, pinned by test/kubebin/go.mod, and
+# kube-controller-manager, kube-scheduler, kubelet, etcd) from the Go module proxy, pinned by test/kubebin/go.mod, and
 # prints the directory that holds them. The binaries are cached under
 # ${HOTPLUGD_KUBEBIN_CACHE:-~/.cache/hotplugd/kubebin}/<hash of go.mod and go.sum>,
 # so only the first run on a machine pays the build (~8 min on 2 cores).
@@ -14,7 +14,12 @@ cache="${HOTPLUGD_KUBEBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hotplugd/kubebi
 dir="$cache/$key"
 k8s_version="$(awk '$1=="k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$mod/go.mod")"
 
-if [ -x "$dir/kube-apiserver" ] && [ -x "$dir/kubelet" ] && [ -x "$dir/etcd" ]; then
+progs=(kube-apiserver kube-controller-manager kube-scheduler kubelet etcd)
+missing=()
+for p in "${progs[@]}"; do
+	[ -x "$dir/$p" ] || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
 	echo "$dir"
 	exit 0
 fi
@@ -27,12 +32,15 @@ trap 'rm -rf "$tmp"' EXIT
 pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$(echo "$k8s_version" | cut -d. -f2) -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 start=$(date +%s)
-echo "hack/kubebin.sh: building kube-apiserver, kubelet $k8s_version and etcd into $dir (first run only, several minutes)" >&2
+echo "hack/kubebin.sh: building ${missing[*]} ($k8s_version) into $dir (first run only, several minutes)" >&2
 (
 	cd "$mod"
-	CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-	CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/kubelet" k8s.io/kubernetes/cmd/kubelet
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
+	for p in "${missing[@]}"; do
+		case "$p" in
+		etcd) CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3 ;;
+		*) CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/$p" "k8s.io/kubernetes/cmd/$p" ;;
+		esac
+	done
 ) >&2
 mv "$tmp"/* "$dir/"
 echo "hack/kubebin.sh: built in $(( $(date +%s) - start ))s" >&2

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds one of the pinned command-line tools the tests run, from the Go
+# module proxy with `go install <module>@<version>` (the tool's own go.mod,
+# never hotplugd's), and prints the path of its binary. Cached under
+# ${HOTPLUGD_TOOLS_CACHE:-~/.cache/hotplugd/tools}/<name>-<version>, so only
+# the first run on a machine pays the build.
+#
+#   hack/tool.sh kustomize     sigs.k8s.io/kustomize/kustomize/v5
+set -euo pipefail
+name="${1:?usage: hack/tool.sh kustomize}"
+case "$name" in
+# v5.8.3 needs Go 1.27; v5.8.1 is the newest that builds with go.mod's Go.
+kustomize) pkg=sigs.k8s.io/kustomize/kustomize/v5 version=v5.8.1 ;;
+*)
+	echo "hack/tool.sh: unknown tool $name" >&2
+	exit 2
+	;;
+esac
+cache="${HOTPLUGD_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hotplugd/tools}"
+dir="$cache/$name-$version"
+if [ -x "$dir/$name" ]; then
+	echo "$dir/$name"
+	exit 0
+fi
+mkdir -p "$cache"
+tmp="$(mktemp -d "$dir.tmp.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+echo "hack/tool.sh: building $name $version (first run only)" >&2
+CGO_ENABLED=0 GOBIN="$tmp" go install -trimpath "$pkg@$version" >&2
+rm -rf "$dir"
+mv "$tmp" "$dir"
+trap - EXIT
+echo "$dir/$name"
