@@ -15,7 +15,7 @@ KUBEBIN_ENV    = HOTPLUGD_KUBEBIN="$$(hack/kubebin.sh)"
 # Flags for `make run`, e.g. make run ARGS="-o json".
 ARGS          ?=
 
-.PHONY: all build test unit compat e2e lint fmt bench run snapshot clean kubebin
+.PHONY: all build test unit compat e2e lint fmt bench run snapshot clean kubebin deps
 
 all: build
 
@@ -31,21 +31,27 @@ run: build
 snapshot: build
 	./bin/hotplugd snapshot $(ARGS)
 
+# The Debian packages the tests need come first (as root on Debian; hack/deps.sh).
+test: deps
 ## test: everything CI runs: lint, unit and privileged integration tests (against a real
 ## kube-apiserver and etcd), the kubelet/cAdvisor oracle tests, the end-to-end tests
 test: lint unit compat e2e
 
 ## e2e: end to end, as root, one package at a time (timings): hotplug in a nested QEMU VM (assets fetched once by
 ## hack/vm-assets.sh) and a real kubelet with containerd on this machine
-e2e: kubebin
+e2e: deps kubebin
 	@hack/vm-assets.sh >/dev/null
 	$(KUBEBIN_ENV) HOTPLUGD_VM_ASSETS="$$(hack/vm-assets.sh)" $(GO) test -tags e2e -count=1 -p 1 -v -timeout 45m ./test/e2e/...
+
+## deps: install the Debian packages the tests need (containerd, runc, systemd, dbus, gcc), as root; nothing when present
+deps:
+	@hack/deps.sh
 
 ## kubebin: build (once) the kube-apiserver, kubelet and etcd the tests run; prints where
 kubebin:
 	@hack/kubebin.sh
 
-unit: kubebin
+unit: deps kubebin
 	$(KUBEBIN_ENV) $(GO) test -race -count=1 -timeout 30m ./...
 
 ## compat: the kubelet oracle tests against every kubelet release hotplugd knows (1.34-1.37), each by its own
