@@ -9,14 +9,15 @@ import (
 	"path/filepath"
 )
 
-// EnvBinDir names a directory holding kube-apiserver, etcd and kubelet; it
-// takes precedence over hack/kubebin.sh's cache.
+// EnvBinDir names a directory holding the programs hack/kubebin.sh builds;
+// it takes precedence over hack/kubebin.sh's cache.
 const EnvBinDir = "HOTPLUGD_KUBEBIN"
 
 // binaries are the programs hack/kubebin.sh builds.
-var binaries = []string{"kube-apiserver", "etcd", "kubelet"}
+var binaries = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kubelet"}
 
-// BinDir returns the directory with kube-apiserver, etcd and kubelet:
+// BinDir returns the directory with kube-apiserver, kube-controller-manager,
+// kube-scheduler, etcd and kubelet:
 // $HOTPLUGD_KUBEBIN when set, else hack/kubebin.sh's cache directory when
 // the script has already built them. It never builds (that takes about 8
 // minutes); when they are missing, the error says how to build them.
@@ -36,7 +37,7 @@ func BinDir() (string, error) {
 		return "", err
 	}
 	if err := checkBinaries(dir); err != nil {
-		return "", fmt.Errorf("kubeapitest: kube-apiserver, etcd and kubelet are not built yet (%w); run `hack/kubebin.sh` (about 8 minutes, once) or `make test`, or set $%s", err, EnvBinDir)
+		return "", fmt.Errorf("kubeapitest: the Kubernetes programs are not built yet (%w); run `hack/kubebin.sh` (about 8 minutes, once) or `make test`, or set $%s", err, EnvBinDir)
 	}
 	return dir, nil
 }

@@ -11,8 +11,10 @@
 // Options.Log is set, the servers' logs. kube-apiserver runs with RBAC
 // authorization and its default admission plugins, so RBAC rules and
 // ValidatingAdmissionPolicies are enforced as in a cluster. Nothing else
-// runs: no controller manager, scheduler or kubelet, so a Pod is only an
-// object, and the kubernetes Service has no endpoints.
+// runs unless asked: no controller manager, scheduler or kubelet, so a Pod
+// is only an object, and the kubernetes Service has no endpoints.
+// StartControllers adds kube-controller-manager and kube-scheduler (the
+// end-to-end tests' one-node cluster, with their own kubelet).
 //
 // Guarantees: Start returns only once /readyz answers ok, and on error it
 // has stopped what it started and removed the directory. Every process is

@@ -329,3 +329,49 @@ func TestStartFailure(t *testing.T) {
 		t.Errorf("Start left %v in $TMPDIR", left)
 	}
 }
+
+// TestControllers: with StartControllers, a Pod is scheduled onto a Node by
+// kube-scheduler, and kube-controller-manager publishes the API server's CA
+// in every namespace (what a Pod's service account volume mounts).
+func TestControllers(t *testing.T) {
+	s := startServer(t, Options{})
+	if err := s.StartControllers(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c := s.Client()
+	n := createNode(t, c, "node-a")
+	// Room for a pod (the scheduler reads allocatable).
+	n.Status.Allocatable = v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("4Gi"), v1.ResourcePods: resource.MustParse("10")}
+	if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default"},
+		Spec: v1.PodSpec{
+			Containers:  []v1.Container{{Name: "c", Image: "example.invalid/c"}},
+			Tolerations: []v1.Toleration{{Operator: v1.TolerationOpExists}},
+		},
+	}
+	if _, err := c.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var node, ca string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && (node == "" || ca == ""); time.Sleep(100 * time.Millisecond) {
+		if p, err := c.CoreV1().Pods("default").Get(ctx, "p", metav1.GetOptions{}); err == nil {
+			node = p.Spec.NodeName
+		}
+		if cm, err := c.CoreV1().ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); err == nil {
+			ca = cm.Data["ca.crt"]
+		}
+	}
+	if node != "node-a" {
+		t.Errorf("pod scheduled to %q, want node-a", node)
+	}
+	want, _ := os.ReadFile(s.CACertFile)
+	if ca != string(want) {
+		t.Errorf("kube-root-ca.crt in default is %q, want the serving certificate", ca)
+	}
+	s.StopControllers()
+	s.StopControllers() // twice: no-op
+}

@@ -68,9 +68,10 @@ type Server struct {
 	port    int
 	client  kubernetes.Interface
 
-	mu        sync.Mutex
-	etcd      *proc
-	apiserver *proc
+	mu          sync.Mutex
+	etcd        *proc
+	apiserver   *proc
+	controllers []*proc // StartControllers'
 }
 
 // Start starts etcd and kube-apiserver on free ports of 127.0.0.1 in a new
@@ -254,6 +255,7 @@ func (s *Server) StopAPIServer() error {
 // Stop stops kube-apiserver and etcd and removes Dir. It may be called
 // more than once.
 func (s *Server) Stop() {
+	s.StopControllers()
 	s.mu.Lock()
 	api, etcd := s.apiserver, s.etcd
 	s.mu.Unlock()
