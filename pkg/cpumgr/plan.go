@@ -232,7 +232,11 @@ func keptBaselines(old, n *State) map[string]map[string]cpuset.CPUSet {
 }
 
 // String describes the plan for people, one fact per line.
-func (p *Plan) String() string {
+func (p *Plan) String() string { return p.Describe(nil) }
+
+// Describe is String with the pods names knows named ("pod
+// default/db-0 (uid ...)"), the others by UID.
+func (p *Plan) Describe(names kubeletstate.PodNames) string {
 	var b strings.Builder
 	old := p.Old
 	fmt.Fprintf(&b, "%s: format %s, policy %q\n", p.Path, old.Format, old.PolicyName)
@@ -262,14 +266,14 @@ func (p *Plan) String() string {
 		fmt.Fprintf(&b, "  default set: %s\n", orNone(old.DefaultCPUSet))
 	}
 	for _, a := range p.Kept {
-		fmt.Fprintf(&b, "  keep: %s\n", a)
+		fmt.Fprintf(&b, "  keep: %s %s\n", names.Pod(a.PodUID), a.what())
 	}
-	for _, d := range p.NeedsDrain {
+	for _, d := range p.Drains() {
 		verb := "needs drain"
 		if p.Dropped {
 			verb = "drop"
 		}
-		fmt.Fprintf(&b, "  %s: %s: %s\n", verb, d.Assignment, d.Reason)
+		fmt.Fprintf(&b, "  %s: %s\n", verb, d.Describe(names))
 	}
 	if len(p.NeedsDrain) > 0 && !p.Dropped {
 		fmt.Fprintf(&b, "  drain these pods, then plan again allowing the drop of their assignments\n")
@@ -309,6 +313,16 @@ var _ kubeletstate.Plan = (*Plan)(nil)
 
 // NeedsRewrite says the file must be rewritten (Changed).
 func (p *Plan) NeedsRewrite() bool { return p.Changed }
+
+// Drains are NeedsDrain in the plan's words: the assignments to drain
+// first, or, Dropped, those the rebuild drops.
+func (p *Plan) Drains() []kubeletstate.Drain {
+	var out []kubeletstate.Drain
+	for _, d := range p.NeedsDrain {
+		out = append(out, kubeletstate.Drain{PodUID: d.PodUID, What: d.what(), Reason: d.Reason})
+	}
+	return out
+}
 
 // Blocked says the plan would drop assignments the operator has not
 // allowed to drop (NeedsDrain without Dropped).

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
+	"github.com/hotplugd/hotplugd/internal/kubeletstate"
 )
 
 func newState(format Format, policy, def string, entries map[string]map[string]string, podEntries map[string]string) *State {
@@ -290,6 +291,45 @@ func TestPlanString(t *testing.T) {
 		if !strings.Contains(p.String(), line) {
 			t.Errorf("String() lacks %q:\n%s", line, p)
 		}
+	}
+}
+
+// TestPlanDescribe: the state file knows pods by UID only; Describe names
+// those it is given (the drain and any other line of the same pod) and
+// keeps the UID, and Drains lists what blocks the plan.
+func TestPlanDescribe(t *testing.T) {
+	snap := snapshot(t, machine(8, 1, 4, 5, 6, 7))
+	cfg, err := NewConfig(kubelet("1"), snap, "/var/lib/kubelet/cpu_manager_state", rel136)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newState(FormatV2, "static", "0-1,6-7", map[string]map[string]string{podA: {"app": "2-3"}, podB: {"db": "4-5"}}, nil)
+	p, err := PlanRebuild(s, snap, cfg)
+	if !errors.Is(err, ErrNeedsDrain) {
+		t.Fatalf("PlanRebuild() error = %v", err)
+	}
+	wantDrains := []kubeletstate.Drain{{PodUID: podB, What: "container db 4-5", Reason: "CPUs 4-5 are offline"}}
+	if diff := cmp.Diff(wantDrains, p.Drains()); diff != "" {
+		t.Errorf("unexpected Drains() (-want +got):\n%s", diff)
+	}
+	got := p.Describe(kubeletstate.PodNames{podB: "databases/db-0.primary"})
+	for _, line := range []string{
+		"  keep: pod " + podA + " container app 2-3\n",
+		"  needs drain: pod databases/db-0.primary (uid " + podB + ") container db 4-5: CPUs 4-5 are offline\n",
+	} {
+		if !strings.Contains(got, line) {
+			t.Errorf("Describe() lacks %q:\n%s", line, got)
+		}
+	}
+	if p.Describe(nil) != p.String() {
+		t.Errorf("Describe(nil) is not String():\n%s", p.Describe(nil))
+	}
+	cfg.AllowDrop = true
+	if p, err = PlanRebuild(s, snap, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if line := "  drop: pod databases/db-0.primary (uid " + podB + ") container db 4-5: CPUs 4-5 are offline\n"; !strings.Contains(p.Describe(kubeletstate.PodNames{podB: "databases/db-0.primary"}), line) {
+		t.Errorf("Describe() lacks %q:\n%s", line, p.Describe(kubeletstate.PodNames{podB: "databases/db-0.primary"}))
 	}
 }
 

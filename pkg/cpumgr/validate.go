@@ -143,11 +143,15 @@ type Assignment struct {
 	CPUs      cpuset.CPUSet
 }
 
-func (a Assignment) String() string {
+func (a Assignment) String() string { return "pod " + a.PodUID + " " + a.what() }
+
+// what is the assignment without its pod: "container app 2-3",
+// "(pod-level) 2-3".
+func (a Assignment) what() string {
 	if a.Container == "" {
-		return fmt.Sprintf("pod %s (pod-level) %s", a.PodUID, a.CPUs)
+		return fmt.Sprintf("(pod-level) %s", a.CPUs)
 	}
-	return fmt.Sprintf("pod %s container %s %s", a.PodUID, a.Container, a.CPUs)
+	return fmt.Sprintf("container %s %s", a.Container, a.CPUs)
 }
 
 // containerAssignments lists the container assignments sorted by pod UID

@@ -20,6 +20,12 @@ import (
 // (cmd/kubelet/app/options/options.go).
 const DefaultRootDir = "/var/lib/kubelet"
 
+// DefaultPodLogsDir is the kubelet's podLogsDir default
+// (pkg/kubelet/apis/config/v1beta1/defaults.go), the same in every release
+// hotplugd knows. Default does not set it: it would change every
+// Fingerprint for a field that changes nothing in how the kubelet starts.
+const DefaultPodLogsDir = "/var/log/pods"
+
 var (
 	// ErrNotFound is wrapped by Discover's error when no kubelet process runs
 	// in the PID namespace it can see.
@@ -120,6 +126,30 @@ func (k *Kubelet) StateDir() (string, error) {
 		return "", fmt.Errorf("kubeletconfig: the kubelet's root dir %s (pid %d) is another directory in hotplugd's file system: %s", k.RootDir, k.PID, mount)
 	}
 	return k.RootDir, nil
+}
+
+// PodLogsDir returns the kubelet's pod log directory (podLogsDir,
+// DefaultPodLogsDir when the configuration leaves it unset), where the
+// kubelet writes each pod's logs under <namespace>_<name>_<uid>/, as
+// hotplugd reads it: like the configuration files (Files), the path itself
+// when it is the same directory in hotplugd's file system (FSRoot "/", a
+// DaemonSet that mounts it at the same path), else the path under FSRoot.
+// It is for reading only, while the kubelet runs (pkg/podnames names the
+// pods of a drain from it). "" when the configured path is not absolute:
+// the kubelet refuses to start with it.
+func (k *Kubelet) PodLogsDir() string {
+	dir := DefaultPodLogsDir
+	if k.Config != nil && k.Config.PodLogsDir != "" {
+		dir = k.Config.PodLogsDir
+	}
+	if !filepath.IsAbs(dir) {
+		return ""
+	}
+	dir = filepath.Clean(dir)
+	if k.FSRoot == "" || k.FSRoot == "/" {
+		return dir
+	}
+	return hostPath(hostFS(k.FSRoot), dir)
 }
 
 // hostPath is the kubelet's absolute path p in hotplugd's file system: p

@@ -747,3 +747,103 @@ func TestDiscoverWithoutPtraceAccess(t *testing.T) {
 		})
 	}
 }
+
+// TestPodLogsDir: the kubelet's podLogsDir (its default when unset) where
+// hotplugd reads it: like the configuration files, the path itself when it
+// is the same directory here, else the path under the kubelet's root.
+func TestPodLogsDir(t *testing.T) {
+	// A directory at the same path here and in the kubelet's file system.
+	shared := t.TempDir()
+	config := func(podLogsDir string) string { return cfgHead + "podLogsDir: " + podLogsDir + "\n" }
+	tests := []struct {
+		name string
+		k    func(t *testing.T) *Kubelet
+		want string // <fsroot> stands for the kubelet's FSRoot
+	}{
+		{
+			name: "unset: the kubelet's default",
+			k: func(t *testing.T) *Kubelet {
+				k, err := FromArgs(nil, "/")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return k
+			},
+			want: DefaultPodLogsDir,
+		},
+		{
+			name: "no configuration at all",
+			k:    func(*testing.T) *Kubelet { return &Kubelet{} },
+			want: DefaultPodLogsDir,
+		},
+		{
+			name: "set in the configuration file",
+			k: func(t *testing.T) *Kubelet {
+				root := t.TempDir()
+				mustWrite(t, filepath.Join(root, "kubelet.yaml"), config("/data/pod-logs"))
+				k, err := FromArgs([]string{"--config", filepath.Join(root, "kubelet.yaml")}, "/")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return k
+			},
+			want: "/data/pod-logs",
+		},
+		{
+			name: "relative: the kubelet refuses it",
+			k: func(t *testing.T) *Kubelet {
+				root := t.TempDir()
+				mustWrite(t, filepath.Join(root, "kubelet.yaml"), config("pod-logs"))
+				k, err := FromArgs([]string{"--config", filepath.Join(root, "kubelet.yaml")}, "/")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return k
+			},
+			want: "",
+		},
+		{
+			name: "the kubelet's root is / (same mount namespace)",
+			k: func(t *testing.T) *Kubelet {
+				procRoot := filepath.Join(t.TempDir(), "proc")
+				mustWrite(t, filepath.Join(shared, "kubelet.yaml"), config(shared))
+				mustWrite(t, filepath.Join(procRoot, "7", "cmdline"), "kubelet\x00--config="+filepath.Join(shared, "kubelet.yaml")+"\x00")
+				mustSymlink(t, "/", filepath.Join(procRoot, "7", "root"))
+				return mustDiscover(t, procRoot)
+			},
+			want: shared,
+		},
+		{
+			name: "another mount namespace: under the kubelet's root",
+			k: func(t *testing.T) *Kubelet {
+				procRoot := makeProc(t, map[int]fakeProc{7: {
+					argv:  []string{"kubelet", "--config=/etc/kubernetes/kubelet.yaml"},
+					files: map[string]string{"/etc/kubernetes/kubelet.yaml": config(shared)},
+					dirs:  []string{shared},
+				}})
+				return mustDiscover(t, procRoot)
+			},
+			want: "<fsroot>" + shared,
+		},
+		{
+			name: "FromArgs under a root hotplugd mounted",
+			k: func(t *testing.T) *Kubelet {
+				k, err := FromArgs(nil, t.TempDir())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return k
+			},
+			want: "<fsroot>" + DefaultPodLogsDir,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := tt.k(t)
+			want := strings.Replace(tt.want, "<fsroot>", k.FSRoot, 1)
+			if got := k.PodLogsDir(); got != want {
+				t.Errorf("PodLogsDir() = %q, want %q", got, want)
+			}
+		})
+	}
+}

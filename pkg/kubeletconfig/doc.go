@@ -20,7 +20,9 @@
 // restarts; ProcessStart, which tells a new kubelet process from an old one
 // under the same PID; and Kubelet.StateDir, the kubelet's root dir at a path
 // hotplugd can write that outlives the kubelet process (never through
-// /proc/<pid>/root), or why there is none.
+// /proc/<pid>/root), or why there is none; Kubelet.PodLogsDir, the
+// kubelet's pod log directory where hotplugd reads it, to name the pods a
+// drain concerns.
 //
 // It is a package of its own because three concerns read the same file: the
 // allocatable prediction, the kubelet state repair and the kubelet restart.

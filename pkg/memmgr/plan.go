@@ -3,6 +3,7 @@ package memmgr
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,20 +23,28 @@ type Assignment struct {
 	Reason string
 }
 
-func (a Assignment) String() string {
-	u := unit{PodUID: a.PodUID, Container: a.Container}
+func (a Assignment) String() string { return a.describe(nil) }
+
+// describe is String with the pods names knows named.
+func (a Assignment) describe(names kubeletstate.PodNames) string {
+	return kubeletstate.Drain{PodUID: a.PodUID, What: a.what(), Reason: a.Reason}.Describe(names)
+}
+
+// what is the assignment without its pod and reason: "container db: 8Gi
+// of memory on NUMA [1]", "(pod-level): no blocks".
+func (a Assignment) what() string {
+	s := "container " + a.Container
+	if a.Container == "" {
+		s = "(pod-level)"
+	}
+	if len(a.Blocks) == 0 {
+		return s + ": no blocks"
+	}
 	blocks := make([]string, len(a.Blocks))
 	for i, b := range a.Blocks {
 		blocks[i] = formatBlock(b)
 	}
-	s := u.String() + ": " + strings.Join(blocks, ", ")
-	if len(a.Blocks) == 0 {
-		s = u.String() + ": no blocks"
-	}
-	if a.Reason != "" {
-		s += ": " + a.Reason
-	}
-	return s
+	return s + ": " + strings.Join(blocks, ", ")
 }
 
 // Plan is what PlanRebuild decided for a state file: a plain value to print
@@ -69,6 +78,16 @@ type Plan struct {
 func (p *Plan) Blocked() bool { return len(p.NeedsDrain) > 0 }
 
 var _ kubeletstate.Plan = (*Plan)(nil)
+
+// Drains are NeedsDrain, or Dropped when the operator allowed the drop,
+// in the plan's words.
+func (p *Plan) Drains() []kubeletstate.Drain {
+	var out []kubeletstate.Drain
+	for _, a := range append(slices.Clip(p.NeedsDrain), p.Dropped...) {
+		out = append(out, kubeletstate.Drain{PodUID: a.PodUID, What: a.what(), Reason: a.Reason})
+	}
+	return out
+}
 
 // NeedsRewrite says the file must be rewritten (Changed).
 func (p *Plan) NeedsRewrite() bool { return p.Changed }
@@ -331,7 +350,11 @@ func describeNode(n *state.NUMANodeState) string {
 }
 
 // String renders the plan for a person (dry run, logs).
-func (p *Plan) String() string {
+func (p *Plan) String() string { return p.Describe(nil) }
+
+// Describe is String with the pods names knows named ("pod
+// default/db-0 (uid ...)"), the others by UID.
+func (p *Plan) Describe(names kubeletstate.PodNames) string {
 	var b strings.Builder
 	if !p.Changed {
 		fmt.Fprintf(&b, "%s: valid for this machine, nothing to do (%d assignments)\n", p.Path, len(p.Kept))
@@ -348,13 +371,13 @@ func (p *Plan) String() string {
 		fmt.Fprintf(&b, "  change: %s\n", c)
 	}
 	for _, a := range p.Kept {
-		fmt.Fprintf(&b, "  keep: %s\n", a)
+		fmt.Fprintf(&b, "  keep: %s\n", a.describe(names))
 	}
 	for _, a := range p.Dropped {
-		fmt.Fprintf(&b, "  drop (allowed): %s\n", a)
+		fmt.Fprintf(&b, "  drop (allowed): %s\n", a.describe(names))
 	}
 	for _, a := range p.NeedsDrain {
-		fmt.Fprintf(&b, "  NEEDS DRAIN: %s\n", a)
+		fmt.Fprintf(&b, "  NEEDS DRAIN: %s\n", a.describe(names))
 	}
 	if p.Blocked() {
 		fmt.Fprintf(&b, "  not applied: drain these pods, then allow dropping their assignments\n")

@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/hotplugd/hotplugd/internal/kubeletstate"
 	"github.com/hotplugd/hotplugd/pkg/memmgr/state"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
@@ -550,5 +551,43 @@ func TestPlanString(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("plan does not say %q:\n%s", want, got)
 		}
+	}
+}
+
+// TestPlanDescribe: Describe names the pods it is given, keeping their
+// UIDs, in every line of the plan; Drains are what blocks it, or what it
+// drops when allowed.
+func TestPlanDescribe(t *testing.T) {
+	cfg := staticCfg(map[int]uint64{0: gi})
+	p, err := PlanRebuild(baseState(t, cfg), snap(twoNodes()[0]), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDrains := []kubeletstate.Drain{{PodUID: podB, What: "container db: 8Gi of memory on NUMA [1]", Reason: "NUMA node 1 no longer exists"}}
+	if diff := cmp.Diff(wantDrains, p.Drains()); diff != "" {
+		t.Errorf("unexpected Drains() (-want +got):\n%s", diff)
+	}
+	names := kubeletstate.PodNames{podA: "shop/app-7d9f.v2", podB: "databases/db-0"}
+	got := p.Describe(names)
+	for _, want := range []string{
+		"  keep: pod shop/app-7d9f.v2 (uid " + podA + ") container app: 4Gi of memory on NUMA [0], 256Mi of hugepages-2Mi on NUMA [0]\n",
+		"  NEEDS DRAIN: pod databases/db-0 (uid " + podB + ") container db: 8Gi of memory on NUMA [1]: NUMA node 1 no longer exists\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("plan does not say %q:\n%s", want, got)
+		}
+	}
+	if p.Describe(nil) != p.String() {
+		t.Errorf("Describe(nil) is not String():\n%s", p.Describe(nil))
+	}
+	cfg.AllowDrop = true
+	if p, err = PlanRebuild(baseState(t, cfg), snap(twoNodes()[0]), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(wantDrains, p.Drains()); diff != "" {
+		t.Errorf("allowed: unexpected Drains() (-want +got):\n%s", diff)
+	}
+	if want := "  drop (allowed): pod databases/db-0 (uid " + podB + ") container db:"; !strings.Contains(p.Describe(names), want) {
+		t.Errorf("plan does not say %q:\n%s", want, p.Describe(names))
 	}
 }

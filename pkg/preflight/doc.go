@@ -17,7 +17,10 @@
 // stale and safely repairable (backed up and rewritten, or only planned with
 // DryRun); needing a person (an assignment lost its CPUs or no longer fits,
 // a corrupt file, a changed policy, a configuration the kubelet refuses):
-// the file is left untouched and the report says why and what to do; or
+// the file is left untouched and the report says why and what to do,
+// naming each pod to drain as <namespace>/<name> with its UID where the
+// kubelet's pod log directory names it (pkg/podnames; the state files hold
+// only UIDs), and listing them in Result.Drain; or
 // unknown, where hotplugd cannot judge (a kubelet version or a layout it
 // does not know, a symlink or an oversized file, reserved CPUs it does not
 // predict): a warning, and the kubelet judges the file itself. The kubelet's
@@ -25,7 +28,8 @@
 // kubelet refuses on this machine is a third result (File
 // KubeletConfiguration) in the kubelet's words, and no file is written
 // then. It writes only the two state files and their backups, through
-// pkg/statefile.
+// pkg/statefile; besides them it reads only the listing of the pod log
+// directory, when a plan cannot keep an assignment.
 //
 // OptionsFor builds the options from the kubelet's command line as
 // pkg/kubeletconfig reads it, for the CLI and the daemon alike.

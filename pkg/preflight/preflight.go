@@ -17,6 +17,7 @@ import (
 	"github.com/hotplugd/hotplugd/pkg/kubeletstart"
 	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/memmgr"
+	"github.com/hotplugd/hotplugd/pkg/podnames"
 	"github.com/hotplugd/hotplugd/pkg/statefile"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
@@ -67,6 +68,10 @@ type Options struct {
 	Release *kubeletversion.Release
 	// Version is the kubelet's version as found (zero when none was).
 	Version kubeletversion.Version
+	// PodLogsDir is the kubelet's pod log directory (podLogsDir) where
+	// hotplugd reads it: a report of pods to drain names them from it
+	// (pkg/podnames). "" names them by UID only.
+	PodLogsDir string
 	// AllocatableIgnoresEviction is the kubelet's
 	// --experimental-allocatable-ignore-eviction: the memory manager's
 	// reservation check then leaves the hard eviction thresholds out.
@@ -83,12 +88,12 @@ type Options struct {
 // OptionsFor returns the options that describe the kubelet k, as
 // kubeletconfig.Discover or kubeletconfig.FromArgs read it from its
 // command line: its root directory where hotplugd reaches it
-// (Kubelet.StateDir), its effective configuration and
-// --experimental-allocatable-ignore-eviction. The release, the version and
-// what may be done are the caller's to set. The CLI (`hotplugd preflight
-// -- <kubelet arguments>`) and the daemon's remedy build their options
-// with it, so both judge the kubelet by the same reading of its command
-// line.
+// (Kubelet.StateDir), its pod log directory (Kubelet.PodLogsDir), its
+// effective configuration and --experimental-allocatable-ignore-eviction.
+// The release, the version and what may be done are the caller's to set.
+// The CLI (`hotplugd preflight -- <kubelet arguments>`) and the daemon's
+// remedy build their options with it, so both judge the kubelet by the
+// same reading of its command line.
 func OptionsFor(k *kubeletconfig.Kubelet) (Options, error) {
 	dir, err := k.StateDir()
 	if err != nil {
@@ -96,6 +101,7 @@ func OptionsFor(k *kubeletconfig.Kubelet) (Options, error) {
 	}
 	return Options{
 		RootDir:                    dir,
+		PodLogsDir:                 k.PodLogsDir(),
 		Config:                     k.Config,
 		ConfigPath:                 k.ConfigPath,
 		AllocatableIgnoresEviction: k.AllocatableIgnoresEviction,
@@ -115,6 +121,10 @@ type Result struct {
 	// Why and Todo explain a NeedsPerson or Unknown verdict.
 	Why  string `json:"why,omitempty"`
 	Todo string `json:"todo,omitempty"`
+	// Drain lists the pods to drain before the file can be repaired, in the
+	// plan's order, each once: named where the kubelet's pod log
+	// directory names them (Options.PodLogsDir), else by UID alone.
+	Drain []podnames.Pod `json:"drain,omitempty"`
 }
 
 // Report is the outcome for both files.
@@ -335,11 +345,26 @@ func check(f stateFile, snap *topology.Snapshot, o Options) Result {
 	path := filepath.Join(o.RootDir, f.name)
 	res := Result{File: f.name, Path: path}
 	p, err := f.plan(snap, o, path)
-	if p != nil && (err != nil || p.NeedsRewrite()) {
-		res.Plan = p.String()
+	var drain []podnames.Pod
+	var names kubeletstate.PodNames
+	if p != nil {
+		drain, names = drainPods(p.Drains(), o.PodLogsDir)
 	}
-	if err == nil && p.Blocked() {
-		err = fmt.Errorf("%s: %w (see the plan)", path, kubeletstate.ErrNeedsDrain)
+	if p != nil && (err != nil || p.NeedsRewrite()) {
+		res.Plan = p.Describe(names)
+	}
+	if p != nil && p.Blocked() {
+		if err == nil {
+			err = fmt.Errorf("%s: %w (see the plan)", path, kubeletstate.ErrNeedsDrain)
+		}
+		// The why names what to drain: it is all a NeedsDrain Event
+		// says of the file.
+		var lines []string
+		for _, d := range p.Drains() {
+			lines = append(lines, d.Describe(names))
+		}
+		err = fmt.Errorf("%w: %s", err, strings.Join(lines, "; "))
+		res.Drain = drain
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -384,6 +409,36 @@ func check(f stateFile, snap *topology.Snapshot, o Options) Result {
 	}
 	res.Verdict = Repaired
 	return res
+}
+
+// drainPods are the pods of drains, each once, in their order, named from
+// the kubelet's pod log directory podLogsDir where it names them (read
+// only when there are drains), and those names for a plan.
+func drainPods(drains []kubeletstate.Drain, podLogsDir string) ([]podnames.Pod, kubeletstate.PodNames) {
+	if len(drains) == 0 {
+		return nil, nil
+	}
+	var uids []string
+	seen := map[string]bool{}
+	for _, d := range drains {
+		if !seen[d.PodUID] {
+			seen[d.PodUID] = true
+			uids = append(uids, d.PodUID)
+		}
+	}
+	found := podnames.Resolve(podLogsDir, uids)
+	pods := make([]podnames.Pod, len(uids))
+	names := kubeletstate.PodNames{}
+	for i, uid := range uids {
+		pod, ok := found[uid]
+		if !ok {
+			pod = podnames.Pod{UID: uid}
+		} else {
+			names[uid] = pod.String()
+		}
+		pods[i] = pod
+	}
+	return pods, names
 }
 
 func needsPerson(res Result, err error, todo string) Result {

@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
 	"github.com/hotplugd/hotplugd/pkg/cpumgr"
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
 	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
+	"github.com/hotplugd/hotplugd/pkg/podnames"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
@@ -332,7 +335,8 @@ func TestOptionsFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.RootDir != root || o.Config.CPUManagerPolicy != "static" || o.Config.ReservedSystemCPUs != "0" || !o.AllocatableIgnoresEviction || o.ConfigPath != cfgPath {
+	if o.RootDir != root || o.Config.CPUManagerPolicy != "static" || o.Config.ReservedSystemCPUs != "0" || !o.AllocatableIgnoresEviction || o.ConfigPath != cfgPath ||
+		o.PodLogsDir != kubeletconfig.DefaultPodLogsDir {
 		t.Errorf("OptionsFor() = %+v", o)
 	}
 	// The file of the incident, on an unchanged machine: valid.
@@ -350,5 +354,119 @@ func TestOptionsFor(t *testing.T) {
 	rep := Run(machine(t, 8, 8<<20), o)
 	if r := cpuResult(t, rep); r.Verdict != Valid || rep.NeedsPerson() {
 		t.Fatalf("%+v", rep.Results)
+	}
+}
+
+const (
+	// The pods of c03-static-8cpu-2entries: app on CPUs 2-3, db on 4-5.
+	podApp = "6f1c2b9e-4a57-4e0b-9a55-1d2c3b4a5f60"
+	podDB  = "a3d4e5f6-7b8c-4d9e-8f01-23456789abcd"
+)
+
+// podLogs makes a kubelet pod log directory with a directory per name
+// (<namespace>_<name>_<uid>) and returns it.
+func podLogs(t *testing.T, dirs ...string) string {
+	t.Helper()
+	logs := t.TempDir()
+	for _, d := range dirs {
+		if err := os.MkdirAll(filepath.Join(logs, d, "work"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return logs
+}
+
+// TestDrainNamesThePods: CPUs 4-7 went offline under a pod pinned to 4-5:
+// the report names the pod to drain as <namespace>/<name>, from the
+// kubelet's pod log directory, with its container and UID; a pod the
+// directory does not name keeps its UID alone.
+func TestDrainNamesThePods(t *testing.T) {
+	snap := machine(t, 4, 8<<20)
+	for _, tc := range []struct {
+		name      string
+		logs      []string // "" PodLogsDir when nil
+		wantDrain []podnames.Pod
+		wantLine  string
+	}{
+		{
+			name:      "named",
+			logs:      []string{"databases_db-0.primary_" + podDB, "shop_app-7d9f_" + podApp, "default_other_" + podApp[:8]},
+			wantDrain: []podnames.Pod{{Namespace: "databases", Name: "db-0.primary", UID: podDB}},
+			wantLine:  "pod databases/db-0.primary (uid " + podDB + ") container db 4-5: CPUs 4-5 are offline",
+		},
+		{
+			name:      "not in the pod log directory",
+			logs:      []string{"shop_app-7d9f_" + podApp},
+			wantDrain: []podnames.Pod{{UID: podDB}},
+			wantLine:  "pod " + podDB + " container db 4-5: CPUs 4-5 are offline",
+		},
+		{
+			name:      "no pod log directory",
+			wantDrain: []podnames.Pod{{UID: podDB}},
+			wantLine:  "pod " + podDB + " container db 4-5: CPUs 4-5 are offline",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := staticConfig(t)
+			install(t, o, "c03-static-8cpu-2entries.cpu_manager_state")
+			if tc.logs != nil {
+				o.PodLogsDir = podLogs(t, tc.logs...)
+			}
+			rep := Run(snap, o)
+			r := cpuResult(t, rep)
+			if r.Verdict != NeedsPerson {
+				t.Fatalf("%+v, want needs a person", r)
+			}
+			if diff := cmp.Diff(tc.wantDrain, r.Drain); diff != "" {
+				t.Errorf("unexpected pods to drain (-want +got):\n%s", diff)
+			}
+			if want := "cpumgr: assignments cannot be kept: drain their pods first: 1 assignment(s): " + tc.wantLine; r.Why != want {
+				t.Errorf("why %q, want %q", r.Why, want)
+			}
+			if !strings.Contains(r.Plan, "  needs drain: "+tc.wantLine+"\n") {
+				t.Errorf("the plan does not name the pod:\n%s", r.Plan)
+			}
+			// The kept pod is not looked up: only drains are.
+			if !strings.Contains(r.Plan, "  keep: pod "+podApp+" container app 2-3\n") {
+				t.Errorf("plan:\n%s", r.Plan)
+			}
+			if !strings.Contains(rep.String(), "why: "+r.Why+"\n") {
+				t.Errorf("report:\n%s", rep)
+			}
+		})
+	}
+}
+
+// TestMemoryDrainNamesThePods: the memory manager's assignment no longer
+// fits a smaller machine: its pod is named as for the CPU manager.
+func TestMemoryDrainNamesThePods(t *testing.T) {
+	cfg, err := kubeletconfig.Parse([]byte(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+memoryManagerPolicy: Static
+systemReserved: {memory: 924Mi}
+reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{RootDir: t.TempDir(), Config: cfg, Release: rel136, Now: time.Now(),
+		PodLogsDir: podLogs(t, "shop_app-7d9f.v2_"+podApp)}
+	old, err := os.ReadFile("../memmgr/testdata/m04-static-1-entry.memory_manager_state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(o.RootDir, MemoryManagerState), old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := Run(machineWith(t, 4, 2560<<10, 512), o).Results[1]
+	if r.Verdict != NeedsPerson {
+		t.Fatalf("%+v, want needs a person", r)
+	}
+	if diff := cmp.Diff([]podnames.Pod{{Namespace: "shop", Name: "app-7d9f.v2", UID: podApp}}, r.Drain); diff != "" {
+		t.Errorf("unexpected pods to drain (-want +got):\n%s", diff)
+	}
+	line := "pod shop/app-7d9f.v2 (uid " + podApp + ") container app: 1Gi of memory on NUMA [0]: "
+	if !strings.Contains(r.Why, "(see the plan): "+line) || !strings.Contains(r.Plan, "NEEDS DRAIN: "+line) {
+		t.Errorf("why %q\nplan:\n%s\nwant both to say %q", r.Why, r.Plan, line)
 	}
 }

@@ -12,7 +12,9 @@
 //  2. plans the state-file repair without writing (pkg/preflight, dry run);
 //     if a person is needed (pinned containers would lose their CPUs or
 //     memory) it stops there: the kubelet keeps running, an Event NeedsDrain
-//     and the condition say what to do;
+//     and the condition say what to do, naming the pods to drain
+//     (namespace/name from the kubelet's pod log directory, pkg/podnames,
+//     else the UID);
 //  3. writes the restart down in its Journal, stops the kubelet
 //     (pkg/kubeletctl: systemd over D-Bus, or commands), repairs the state
 //     files (each old file kept as a backup), starts it;
@@ -45,5 +47,6 @@
 //
 // On the host it touches: the kubelet's service (stop, start), the state
 // files under the kubelet's root directory, the kubelet's healthz, and its
-// own journal (--state-dir).
+// own journal (--state-dir); it lists the kubelet's pod log directory when a
+// drain is needed.
 package remedy

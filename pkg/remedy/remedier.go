@@ -630,7 +630,7 @@ func factsFrom(k *journal.Kubelet) (*kubeletwatch.Facts, error) {
 
 // preflightOptions are the state-file options for the kubelet of f.
 func preflightOptions(f *kubeletwatch.Facts, now time.Time) preflight.Options {
-	return preflight.Options{RootDir: f.StateDir, Config: f.Kubelet.Config, Release: f.Release, Version: f.Version,
+	return preflight.Options{RootDir: f.StateDir, PodLogsDir: f.Kubelet.PodLogsDir(), Config: f.Kubelet.Config, Release: f.Release, Version: f.Version,
 		AllocatableIgnoresEviction: f.Kubelet.AllocatableIgnoresEviction, Now: now}
 }
 
@@ -873,14 +873,27 @@ func (m *Remedier) refused(a Attempt, err error, next string) Attempt {
 	return a
 }
 
+// needsPerson: a state file needs a person; the kubelet is left running as
+// it is. What to do names the pods to drain first (namespace/name where
+// the kubelet's pod log directory has them, else the UID).
 func (m *Remedier) needsPerson(a Attempt, next string) Attempt {
 	a.Outcome = OutcomeNeedsPerson
-	var why, todo []string
+	var why, todo, pods []string
+	seen := map[string]bool{}
 	for _, r := range a.Report.Results {
 		if r.Verdict == preflight.NeedsPerson {
 			why = append(why, r.File+": "+r.Why)
 			todo = append(todo, r.Todo)
+			for _, p := range r.Drain {
+				if !seen[p.UID] {
+					seen[p.UID] = true
+					pods = append(pods, p.String())
+				}
+			}
 		}
+	}
+	if len(pods) > 0 {
+		todo = append([]string{"drain pods " + strings.Join(pods, ", ")}, todo...)
 	}
 	a.Err = errors.New(strings.Join(why, "; "))
 	a.Reason, a.Warning = nodepatch.ReasonNeedsDrain, true

@@ -133,6 +133,7 @@ type rig struct {
 	mu      sync.Mutex
 	isBusy  bool
 	state   string // cpu_manager_state path
+	podLogs string // the kubelet's podLogsDir
 	facts   *fixedKubelet
 	journal *journal.Journal
 	stop    func()
@@ -189,7 +190,9 @@ func newRigWith(t *testing.T, cpus int, j *journal.Journal, prepare func(*rig), 
 		t.Fatal(err)
 	}
 	fs := topology.NewFS(filepath.Join(root, "sys"), filepath.Join(root, "proc"))
-	cfg, err := kubeletconfig.Parse([]byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n"))
+	// Its own pod log directory, not this machine's /var/log/pods.
+	podLogs := t.TempDir()
+	cfg, err := kubeletconfig.Parse([]byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\npodLogsDir: " + podLogs + "\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +205,7 @@ func newRigWith(t *testing.T, cpus int, j *journal.Journal, prepare func(*rig), 
 	if err := os.WriteFile(state, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, clock: testingclock.NewFakeClock(time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)), state: state}
+	r := &rig{t: t, clock: testingclock.NewFakeClock(time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)), state: state, podLogs: podLogs}
 	if r.journal = j; j == nil {
 		if r.journal, err = journal.Open(t.TempDir()); err != nil {
 			t.Fatal(err)
@@ -400,8 +403,17 @@ func TestVerificationFailureRollsBackAndIsRateLimited(t *testing.T) {
 	r.attempts(2)
 }
 
+// TestNeedsPersonLeavesTheKubeletAlone: the pinned containers' CPUs are
+// gone; the kubelet is left running, and the NeedsDrain entry (the Node's
+// Event and condition) names the pod to drain, from the kubelet's pod log
+// directory, with its container and UID.
 func TestNeedsPersonLeavesTheKubeletAlone(t *testing.T) {
-	r := newRig(t, 4, nil) // the pinned containers' CPUs are gone
+	const podDB = "a3d4e5f6-7b8c-4d9e-8f01-23456789abcd" // db on CPUs 4-5
+	r := newRigWith(t, 4, nil, func(r *rig) {
+		if err := os.MkdirAll(filepath.Join(r.podLogs, "databases_db-0.primary_"+podDB, "db"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}, nil)
 	old, _ := os.ReadFile(r.state)
 	r.advance(3 * time.Second)
 	a := r.attempts(1)
@@ -417,8 +429,14 @@ func TestNeedsPersonLeavesTheKubeletAlone(t *testing.T) {
 	if diff := cmp.Diff([]string{nodepatch.ReasonNeedsDrain}, r.reasons()); diff != "" {
 		t.Errorf("journal entries (-want +got):\n%s", diff)
 	}
-	if e := r.journal.Attempts(); !strings.Contains(e[0].Message, "drain") {
-		t.Errorf("the entry does not say what to do: %s", e[0].Message)
+	e := r.journal.Attempts()
+	for _, want := range []string{
+		"cpu_manager_state: cpumgr: assignments cannot be kept: drain their pods first: 1 assignment(s): pod databases/db-0.primary (uid " + podDB + ") container db 4-5: CPUs 4-5 are offline; ",
+		"; what to do: drain pods databases/db-0.primary; drain the node (kubectl drain), then run hotplugd preflight --allow-drop-assignments",
+	} {
+		if !strings.Contains(e[0].Message, want) {
+			t.Errorf("the entry does not say %q:\n%s", want, e[0].Message)
+		}
 	}
 }
 

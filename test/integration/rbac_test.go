@@ -342,9 +342,21 @@ func TestIntegrationNodeRBAC(t *testing.T) {
 		if !strings.Contains(strings.Join(ctr.Args, " "), "--node-name=$(NODE_NAME)") {
 			t.Errorf("args %q lack --node-name=$(NODE_NAME)", ctr.Args)
 		}
+		podLogs := false
 		for _, m := range ctr.VolumeMounts {
-			if (m.MountPath == "/host/sys" || m.MountPath == "/host/proc") && !m.ReadOnly {
+			if (m.MountPath == "/host/sys" || m.MountPath == "/host/proc" || m.MountPath == "/var/log/pods") && !m.ReadOnly {
 				t.Errorf("%s is mounted writable", m.MountPath)
+			}
+			podLogs = podLogs || m.MountPath == "/var/log/pods"
+		}
+		// The pod log directory names the pods of a NeedsDrain Event; a
+		// node without it must not keep the pod from starting.
+		if !podLogs {
+			t.Error("/var/log/pods is not mounted")
+		}
+		for _, v := range spec.Volumes {
+			if hp := v.HostPath; hp != nil && hp.Path == "/var/log/pods" && (hp.Type == nil || *hp.Type != v1.HostPathDirectoryOrCreate) {
+				t.Errorf("volume %s: hostPath %+v, want type DirectoryOrCreate", v.Name, hp)
 			}
 		}
 		sc := ctr.SecurityContext
