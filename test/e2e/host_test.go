@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -45,6 +46,10 @@ var kubeletHostPaths = []string{
 	"/usr/libexec/kubernetes/kubelet-plugins/volume/exec",
 	"/etc/cni/net.d",
 	"/etc/kubernetes",
+	// The hostPath volumes of hotplugd's DaemonSet (DirectoryOrCreate),
+	// made by the kubelet that runs its pod.
+	"/var/lib/hotplugd",
+	"/run/dbus",
 }
 
 // hostDirs are the directories whose entries are compared before and after
@@ -62,6 +67,111 @@ type hostState struct {
 	// created are the shallowest missing ancestors of kubeletHostPaths:
 	// whatever is there at the end was created after.
 	created []string
+	// chains are the iptables and ip6tables chains per table that existed
+	// (none when the commands are not installed).
+	chains map[string]map[string]bool
+}
+
+// iptablesTables are the tables a kubelet adds its chains to
+// (KUBE-IPTABLES-HINT, KUBE-KUBELET-CANARY, KUBE-FIREWALL with a rule in
+// INPUT and OUTPUT) when iptables is installed.
+var iptablesTables = []string{"mangle", "nat", "filter"}
+
+// iptablesChains lists the chains of every table, keyed "<command>
+// <table>"; nothing for a command that is not installed.
+func iptablesChains() map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for _, cmd := range []string{"iptables", "ip6tables"} {
+		if _, err := exec.LookPath(cmd); err != nil {
+			continue
+		}
+		for _, table := range iptablesTables {
+			rules, err := exec.Command(cmd, "-w", "-t", table, "-S").Output()
+			if err != nil {
+				continue
+			}
+			chains := map[string]bool{}
+			for _, line := range strings.Split(string(rules), "\n") {
+				if f := strings.Fields(line); len(f) >= 2 && (f[0] == "-N" || f[0] == "-P") {
+					chains[f[1]] = true
+				}
+			}
+			out[cmd+" "+table] = chains
+		}
+	}
+	return out
+}
+
+// restoreIptables removes the chains that appeared since before, and the
+// rules that jump to them.
+func restoreIptables(before map[string]map[string]bool) []error {
+	var errs []error
+	for key, chains := range iptablesChains() {
+		cmd, table, _ := strings.Cut(key, " ")
+		var added []string
+		for c := range chains {
+			if !before[key][c] {
+				added = append(added, c)
+			}
+		}
+		if len(added) == 0 {
+			continue
+		}
+		rules, err := exec.Command(cmd, "-w", "-t", table, "-S").Output()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s -t %s -S: %w", cmd, table, err))
+			continue
+		}
+		for _, line := range strings.Split(string(rules), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 || f[0] != "-A" || !before[key][f[1]] {
+				continue
+			}
+			if i := slices.Index(f, "-j"); i < 0 || i+1 >= len(f) || !slices.Contains(added, f[i+1]) {
+				continue
+			}
+			// The rule as -S printed it, quoted comments unquoted.
+			args := append([]string{"-w", "-t", table, "-D"}, splitRule(line[len("-A "):])...)
+			if out, err := exec.Command(cmd, args...).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("%s %s: %v: %s", cmd, strings.Join(args, " "), err, out))
+			}
+		}
+		for _, op := range []string{"-F", "-X"} {
+			for _, c := range added {
+				if out, err := exec.Command(cmd, "-w", "-t", table, op, c).CombinedOutput(); err != nil {
+					errs = append(errs, fmt.Errorf("%s -t %s %s %s: %v: %s", cmd, table, op, c, err, out))
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// splitRule splits a rule as iptables -S prints it into arguments: words,
+// and "double-quoted strings" as one.
+func splitRule(s string) []string {
+	var args []string
+	var cur strings.Builder
+	quoted, in := false, false
+	for _, r := range s {
+		switch {
+		case r == '"':
+			quoted, in = !quoted, true
+		case r == ' ' && !quoted:
+			if in {
+				args = append(args, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			cur.WriteRune(r)
+			in = true
+		}
+	}
+	if in {
+		args = append(args, cur.String())
+	}
+	return args
 }
 
 // recordHost records the host before a kubelet with root directory rootDir
@@ -75,6 +185,7 @@ func recordHost(rootDir string) (*hostState, error) {
 		}
 		h.sysctls[p] = v
 	}
+	h.chains = iptablesChains()
 	var err error
 	if h.cgroups, err = kubepodsCgroups(); err != nil {
 		return nil, err
@@ -106,6 +217,7 @@ func (h *hostState) restore() []error {
 			errs = append(errs, fmt.Errorf("restore %s to %s: %w", p, old, err))
 		}
 	}
+	errs = append(errs, restoreIptables(h.chains)...)
 	// The bind mount of the root directory (and anything below it), the
 	// deepest first.
 	mounts, err := mountPoints()

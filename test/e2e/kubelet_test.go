@@ -45,6 +45,9 @@ type kubelet struct {
 	StartScript, StopScript string
 	log, calls, pidFile     string
 	healthz                 string
+	// Port is its HTTPS port (anonymous, AlwaysAllow): /metrics/probes,
+	// /stats/summary.
+	Port int
 }
 
 // kubeletConfig is the KubeletConfiguration of testing.md §5, plus extra
@@ -143,7 +146,16 @@ type kubeletSpec struct {
 	RootDir string
 	// Flags are added to its command line, after the harness's own.
 	Flags []string
+	// KubeadmLayout puts its root directory at /var/lib/kubelet and its
+	// configuration at /var/lib/kubelet/config.yaml, where kubeadm puts
+	// them and where hotplugd's DaemonSet mounts them. /var/lib/kubelet
+	// must not exist (the machine has no kubelet of its own); it is
+	// removed when t ends, and on SIGINT.
+	KubeadmLayout bool
 }
+
+// kubeadmRoot is the kubelet root directory of KubeadmLayout.
+const kubeadmRoot = "/var/lib/kubelet"
 
 // startKubeletWith is startKubelet with the kubelet's root directory and
 // extra command-line flags of the test's choosing.
@@ -162,7 +174,14 @@ func startKubeletWith(t *testing.T, s *suite, spec kubeletSpec) *kubelet {
 		StartScript: filepath.Join(dir, "start-kubelet.sh"), StopScript: filepath.Join(dir, "stop-kubelet.sh"),
 		log: filepath.Join(dir, "kubelet.log"), calls: filepath.Join(dir, "calls"), pidFile: filepath.Join(dir, "kubelet.pid"),
 	}
-	if spec.RootDir != "" {
+	if spec.KubeadmLayout {
+		if _, err := os.Lstat(kubeadmRoot); err == nil {
+			t.Skipf("SKIPPED: %s exists: this machine has a kubelet of its own, whose directory the scenario would change", kubeadmRoot)
+		}
+		// Removed by the host restore: a path the kubelet creates
+		// (kubeletHostPaths) that was missing before.
+		k.RootDir, k.Config = kubeadmRoot, filepath.Join(kubeadmRoot, "config.yaml")
+	} else if spec.RootDir != "" {
 		if !strings.HasPrefix(spec.RootDir, s.dir+"/") {
 			t.Fatalf("root directory %s is not under the run's directory %s", spec.RootDir, s.dir)
 		}
@@ -171,6 +190,9 @@ func startKubeletWith(t *testing.T, s *suite, spec kubeletSpec) *kubelet {
 	}
 	k.Args = append([]string{s.kubeletBin, "--kubeconfig=" + s.kubeconfig, "--config=" + k.Config, k.rootDirArg(),
 		"--cert-dir=" + filepath.Join(dir, "pki"), "--hostname-override=" + nodeName}, spec.Flags...)
+	// Recorded before the root directory is made: a /var/lib/kubelet
+	// (KubeadmLayout) that was missing is removed when t ends.
+	pushHostRestore(t, k.RootDir) // after the kubelet stops: registered first
 	for _, d := range []string{k.RootDir, filepath.Join(dir, "pki"), filepath.Join(dir, "pod-logs"), filepath.Join(dir, "volume-plugins")} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			t.Fatal(err)
@@ -178,6 +200,7 @@ func startKubeletWith(t *testing.T, s *suite, spec kubeletSpec) *kubelet {
 	}
 	ports := freePorts(t, 2)
 	k.healthz = fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[1])
+	k.Port = ports[0]
 	data := map[string]any{
 		"Socket": s.containerd.Socket, "Port": ports[0], "HealthzPort": ports[1], "Dir": dir, "Extra": spec.Config,
 		"Args": k.Args, "RootDirArg": k.rootDirArg(), "Log": k.log, "Calls": k.calls, "PIDFile": k.pidFile,
@@ -187,7 +210,6 @@ func startKubeletWith(t *testing.T, s *suite, spec kubeletSpec) *kubelet {
 	writeTemplate(t, k.StartScript, aliveFunc+startScript, data, 0o755)
 	writeTemplate(t, k.StopScript, aliveFunc+stopScript, data, 0o755)
 
-	pushHostRestore(t, k.RootDir) // after the kubelet stops: registered first
 	stop := emergency.push("stop the kubelet", func() {
 		if err := k.run(k.StopScript); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e:", err)

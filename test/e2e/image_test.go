@@ -1,0 +1,219 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// repoRoot is the repository (the tests run in test/e2e).
+const repoRoot = "../.."
+
+// imageName is the name deploy/kubernetes gives hotplugd's image.
+const imageName = "ghcr.io/hotplugd/hotplugd"
+
+// digestLine is how `make image` and the image tool end their output.
+var digestLine = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// image is an OCI archive and the digest of its index.
+type image struct {
+	Archive string
+	Digest  string
+	// Name is the image's name in containerd once imported, without tag
+	// or digest.
+	Name string
+}
+
+// Ref is the image by digest, as the kustomization pins it.
+func (i image) Ref() string { return i.Name + "@" + i.Digest }
+
+// makeImage runs `make image` in the repository and returns the digest it
+// prints last, and how long it took.
+func makeImage(t *testing.T) (string, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	cmd := exec.Command("make", "-s", "-C", repoRoot, "image")
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("make image: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	if !digestLine.MatchString(last) {
+		t.Fatalf("make image did not end with the index digest; its output:\n%s", out)
+	}
+	return last, took
+}
+
+var (
+	hotplugdImageOnce sync.Once
+	hotplugdImageVal  image
+	hotplugdImageErr  string
+)
+
+// hotplugdImage is `make image`'s bin/image/hotplugd.oci.tar, imported into
+// the suite's containerd (once per run).
+func hotplugdImage(t *testing.T, s *suite) image {
+	t.Helper()
+	hotplugdImageOnce.Do(func() {
+		ok := false
+		defer func() {
+			if !ok && hotplugdImageErr == "" {
+				hotplugdImageErr = "make image or its import failed in an earlier test"
+			}
+		}()
+		digest, took := makeImage(t)
+		t.Logf("make image: %s in %v", digest, took.Round(time.Millisecond))
+		img := image{Archive: filepath.Join(repoRoot, "bin", "image", "hotplugd.oci.tar"), Digest: digest, Name: imageName}
+		importImage(t, s, img)
+		hotplugdImageVal, ok = img, true
+	})
+	if hotplugdImageErr != "" {
+		t.Fatal(hotplugdImageErr)
+	}
+	return hotplugdImageVal
+}
+
+var (
+	toolOnce sync.Once
+	toolPath string
+	toolErr  error
+)
+
+// imageTool builds hack/image (the tool behind `make image`) once.
+func imageTool(t *testing.T, s *suite) string {
+	t.Helper()
+	toolOnce.Do(func() {
+		p := filepath.Join(s.dir, "image-tool")
+		cmd := exec.Command("go", "build", "-o", p, ".")
+		cmd.Dir = filepath.Join(repoRoot, "hack", "image")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			toolErr = fmt.Errorf("building hack/image: %v\n%s", err, out)
+			return
+		}
+		toolPath = p
+	})
+	if toolErr != nil {
+		t.Fatal(toolErr)
+	}
+	return toolPath
+}
+
+// buildImage builds a one-platform (linux/amd64) image holding the static
+// binary at /<base name of binary>, its entrypoint, named name, into dir.
+func buildImage(t *testing.T, s *suite, binary, name string) image {
+	t.Helper()
+	base := filepath.Base(binary)
+	archive := filepath.Join(filepath.Dir(binary), base+".oci.tar")
+	cmd := exec.Command(imageTool(t, s), "build",
+		"--platform", "linux/amd64="+binary, "--path", "/"+base, "--entrypoint", "/"+base,
+		"--epoch", "0", "--name", name, "--out", archive)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("building image %s: %v\n%s%s", name, err, out, stderr.Bytes())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	digest := strings.TrimSpace(lines[len(lines)-1])
+	if !digestLine.MatchString(digest) {
+		t.Fatalf("the image tool did not end with a digest:\n%s", out)
+	}
+	repo, _, _ := strings.Cut(name, ":")
+	return image{Archive: archive, Digest: digest, Name: repo}
+}
+
+// goBuild builds a static binary of the package at pkg (relative to the
+// repository) into the run's directory, with ldflags.
+func goBuild(t *testing.T, s *suite, pkg, out, ldflags string) string {
+	t.Helper()
+	p := filepath.Join(s.dir, "images", out, filepath.Base(out))
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags, "-o", p, pkg)
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return p
+}
+
+var (
+	testImagesOnce sync.Once
+	testImagesErr  string
+	workloadImage  image
+)
+
+// testImages builds and imports the pause image (the sandbox image of the
+// suite's containerd) and the workload image, once per run.
+func testImages(t *testing.T, s *suite) image {
+	t.Helper()
+	testImagesOnce.Do(func() {
+		testImagesErr = "building the pause and workload images failed in an earlier test"
+		pause := buildImage(t, s, goBuild(t, s, "./test/e2e/images/pause", "pause", "-s -w"), pauseImage)
+		importImage(t, s, pause)
+		workloadImage = buildImage(t, s, goBuild(t, s, "./test/e2e/images/workload", "workload", "-s -w"), "hotplugd.test/workload:e2e")
+		importImage(t, s, workloadImage)
+		testImagesErr = ""
+	})
+	if testImagesErr != "" {
+		t.Fatal(testImagesErr)
+	}
+	return workloadImage
+}
+
+// importImage imports the archive into the suite's containerd, in the
+// kubelet's namespace, and names it by digest too: containerd's CRI finds an
+// image by the names it has, and a pod names it by digest.
+func importImage(t *testing.T, s *suite, img image) {
+	t.Helper()
+	out, err := s.containerd.ctr("images", "import", img.Archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "unpacking ghcr.io/hotplugd/hotplugd:v1 (sha256:...)...done"
+	m := regexp.MustCompile(`unpacking (\S+) \((sha256:[0-9a-f]{64})\)`).FindStringSubmatch(string(out))
+	if m == nil {
+		t.Fatalf("ctr images import %s: no image named in its output:\n%s", img.Archive, out)
+	}
+	if m[2] != img.Digest {
+		t.Fatalf("ctr imported %s as %s, want the index digest %s", m[1], m[2], img.Digest)
+	}
+	if _, err := s.containerd.ctr("images", "tag", "--force", m[1], img.Ref()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestImage is `make image`'s must-show: run twice from the same tree it
+// prints the same index digest, and the image runs (`hotplugd version`
+// through containerd's ctr run).
+func TestImage(t *testing.T) {
+	s := setup(t)
+	img := hotplugdImage(t, s)
+	if err := os.RemoveAll(filepath.Join(repoRoot, "bin", "image")); err != nil {
+		t.Fatal(err)
+	}
+	second, took := makeImage(t)
+	if second != img.Digest {
+		t.Errorf("make image twice: %s, then %s: not reproducible", img.Digest, second)
+	}
+	out, err := s.containerd.ctr("run", "--rm", "--cgroup", "", img.Ref(), "e2e-image-version", "/hotplugd", "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(version, "hotplugd ") {
+		t.Errorf("hotplugd version in the image printed %q", version)
+	}
+	note := fmt.Sprintf("twice: %s both times (second build %.1f s); `ctr run` of it: %q", second, took.Seconds(), version)
+	results.add(result{scenario: "0 image", side: "make image", change: "-", correct: "-", writes: -1, note: note})
+}
