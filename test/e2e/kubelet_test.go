@@ -45,6 +45,8 @@ type kubelet struct {
 	StartScript, StopScript string
 	log, calls, pidFile     string
 	healthz                 string
+	// Started is when the harness started it last.
+	Started time.Time
 	// Port is its HTTPS port (anonymous, AlwaysAllow): /metrics/probes,
 	// /stats/summary.
 	Port int
@@ -221,6 +223,7 @@ func startKubeletWith(t *testing.T, s *suite, spec kubeletSpec) *kubelet {
 	})
 	t.Cleanup(stop)
 
+	k.Started = time.Now()
 	if err := k.run(k.StartScript); err != nil {
 		t.Fatal(err)
 	}
@@ -240,6 +243,7 @@ func (k *kubelet) run(script string) error {
 // Start and Stop run the scripts for the test.
 func (k *kubelet) Start(t *testing.T) {
 	t.Helper()
+	k.Started = time.Now()
 	if err := k.run(k.StartScript); err != nil {
 		t.Fatal(err)
 	}

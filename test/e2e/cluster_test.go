@@ -1,0 +1,654 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/hotplugd/hotplugd/pkg/nodepatch"
+)
+
+// The DaemonSet's namespace and pod label (deploy/kubernetes).
+const (
+	dsNamespace = "hotplugd-system"
+	dsName      = "hotplugd"
+	dsSelector  = "app.kubernetes.io/name=hotplugd"
+	// dsMetrics is where the pod serves /metrics (hostNetwork, loopback).
+	dsMetrics = "http://127.0.0.1:9792/metrics"
+)
+
+// overlayTemplate is the test overlay: deploy/kubernetes as users apply it,
+// changed only where this one-node cluster differs from a real one. The
+// image is the one `make image` built, imported into containerd (no
+// registry), pinned by digest as the kustomization pins it; and the pod
+// reaches the API server at its loopback address (it is hostNetwork), since
+// no kube-proxy routes the kubernetes Service's ClusterIP.
+const overlayTemplate = `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - {{.Base}}
+images:
+  - name: {{.Name}}
+    digest: {{.Digest}}
+patches:
+  - target:
+      kind: DaemonSet
+      name: hotplugd
+    patch: |-
+      apiVersion: apps/v1
+      kind: DaemonSet
+      metadata:
+        name: hotplugd
+        namespace: hotplugd-system
+      spec:
+        template:
+          spec:
+            containers:
+              - name: hotplugd
+                env:
+                  - name: KUBERNETES_SERVICE_HOST
+                    value: "127.0.0.1"
+                  - name: KUBERNETES_SERVICE_PORT
+                    value: "{{.Port}}"
+`
+
+var (
+	kustomizeOnce sync.Once
+	kustomizePath string
+	kustomizeErr  error
+)
+
+// kustomize is the real kustomize (hack/tool.sh kustomize), built once per
+// machine.
+func kustomize(t *testing.T) string {
+	t.Helper()
+	kustomizeOnce.Do(func() {
+		cmd := exec.Command(filepath.Join(repoRoot, "hack", "tool.sh"), "kustomize")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			kustomizeErr = fmt.Errorf("hack/tool.sh kustomize: %v: %s", err, stderr.String())
+			return
+		}
+		kustomizePath = strings.TrimSpace(string(out))
+	})
+	if kustomizeErr != nil {
+		t.Fatal(kustomizeErr)
+	}
+	return kustomizePath
+}
+
+// baseImageName is the name deploy/kubernetes's DaemonSet ends up with
+// (kustomize build), without tag or digest: the overlay's images entry
+// matches it.
+func baseImageName(t *testing.T, objs []*unstructured.Unstructured) string {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() != "DaemonSet" {
+			continue
+		}
+		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		if len(cs) > 0 {
+			img, _ := cs[0].(map[string]any)["image"].(string)
+			name, _, _ := strings.Cut(img, "@")
+			if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+				name = name[:i]
+			}
+			return name
+		}
+	}
+	t.Fatal("kustomize build deploy/kubernetes has no DaemonSet")
+	return ""
+}
+
+// kustomizeBuild runs `kustomize build dir` and decodes its objects.
+func kustomizeBuild(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	cmd := exec.Command(kustomize(t), "build", dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v: %s", dir, err, stderr.String())
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("decoding kustomize's output: %v", err)
+		}
+		if len(m) > 0 {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+	return objs
+}
+
+// writeOverlay writes the test overlay for img into a directory of the run
+// and returns it.
+func writeOverlay(t *testing.T, s *suite, name string, img image) string {
+	t.Helper()
+	dir := filepath.Join(s.dir, "overlay")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	abs, err := filepath.Abs(filepath.Join(repoRoot, "deploy", "kubernetes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kustomize takes a base only by a relative path.
+	base, err := filepath.Rel(dir, abs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strings.TrimPrefix(s.api.URL, "https://127.0.0.1:")
+	writeTemplate(t, filepath.Join(dir, "kustomization.yaml"), overlayTemplate,
+		map[string]any{"Base": base, "Name": name, "Digest": img.Digest, "Port": port}, 0o644)
+	return dir
+}
+
+// applyObjects applies each object with server-side apply (what `kubectl
+// apply --server-side -k` does), in kustomize's order, and returns a
+// function that deletes them again in reverse order.
+func applyObjects(t *testing.T, s *suite, objs []*unstructured.Unstructured) func() {
+	t.Helper()
+	ctx := context.Background()
+	cfg := s.api.RestConfig()
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := restmapper.GetAPIGroupResources(dc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDiscoveryRESTMapper(groups)
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var applied []dynamic.ResourceInterface
+	var names []string
+	for _, obj := range objs {
+		gvk := obj.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatalf("%s %s: %v", gvk, obj.GetName(), err)
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == "namespace" {
+			ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
+		}
+		if _, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "e2e", Force: true}); err != nil {
+			t.Fatalf("applying %s %s: %v", gvk.Kind, obj.GetName(), err)
+		}
+		applied = append(applied, ri)
+		names = append(names, obj.GetName())
+	}
+	return func() {
+		for i := len(applied) - 1; i >= 0; i-- {
+			err := applied[i].Delete(ctx, names[i], metav1.DeleteOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("deleting %s: %v", names[i], err)
+			}
+		}
+	}
+}
+
+// daemonPods lists the DaemonSet's pods.
+func daemonPods(t *testing.T, s *suite) []v1.Pod {
+	t.Helper()
+	list, err := s.api.Client().CoreV1().Pods(dsNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: dsSelector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// podReady is whether the pod runs with its Ready condition True.
+func podReady(p *v1.Pod) bool {
+	if p.Status.Phase != v1.PodRunning || p.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitDaemonPod waits for a Ready pod of the DaemonSet whose image is
+// image, and, when old is not "", for the pod named old to be gone; it
+// returns the pod and the time since t0.
+func waitDaemonPod(t *testing.T, s *suite, k *kubelet, t0 time.Time, image, old string, timeout time.Duration) (*v1.Pod, time.Duration) {
+	t.Helper()
+	for {
+		var ready *v1.Pod
+		oldGone := true
+		pods := daemonPods(t, s)
+		for i := range pods {
+			p := &pods[i]
+			if p.Name == old {
+				oldGone = false
+			} else if podReady(p) && p.Spec.Containers[0].Image == image {
+				ready = p
+			}
+		}
+		if ready != nil && oldGone {
+			return ready, time.Since(t0)
+		}
+		if time.Since(t0) > timeout {
+			t.Fatalf("no Ready pod of the DaemonSet with image %s (old pod %q gone: %v) after %v; pods:\n%s\nevents:\n%s\nend of the kubelet's log:\n%s",
+				image, old, oldGone, timeout, describePods(pods), namespaceEvents(t, s, dsNamespace), k.logTail(3000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func describePods(pods []v1.Pod) string {
+	var b strings.Builder
+	for _, p := range pods {
+		fmt.Fprintf(&b, "  %s node=%q phase=%s", p.Name, p.Spec.NodeName, p.Status.Phase)
+		for _, c := range p.Status.ContainerStatuses {
+			fmt.Fprintf(&b, " %s: ready=%v restarts=%d state=%+v", c.Name, c.Ready, c.RestartCount, c.State)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// namespaceEvents are the Events of a namespace, one per line.
+func namespaceEvents(t *testing.T, s *suite, ns string) string {
+	t.Helper()
+	list, err := s.api.Client().CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range list.Items {
+		fmt.Fprintf(&b, "  %s %s/%s %s: %s\n", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+	}
+	return b.String()
+}
+
+// kubeletGet reads a path of the kubelet's HTTPS port (self-signed,
+// anonymous and AlwaysAllow in the e2e configuration).
+func kubeletGet(k *kubelet, path string) (string, error) {
+	c := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := c.Get(fmt.Sprintf("https://127.0.0.1:%d%s", k.Port, path))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return string(b), err
+}
+
+// metricValue sums the samples of name whose labels contain every one of
+// labels (`key="value"`) in a Prometheus text exposition.
+func metricValue(text, name string, labels ...string) (float64, bool) {
+	sum, found := 0.0, false
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		match := true
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			sum, found = sum+v, true
+		}
+	}
+	return sum, found
+}
+
+// podMetrics reads the DaemonSet pod's /metrics.
+func podMetrics() (string, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(dsMetrics)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// containerPID is the host PID of the pod's first container (its task in
+// containerd).
+func containerPID(t *testing.T, s *suite, p *v1.Pod) int {
+	t.Helper()
+	if len(p.Status.ContainerStatuses) == 0 {
+		t.Fatalf("pod %s has no container status", p.Name)
+	}
+	id := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	out, err := s.containerd.ctr("tasks", "ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == id {
+			pid, err := strconv.Atoi(f[1])
+			if err == nil {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("container %s of pod %s is not among containerd's tasks:\n%s", id, p.Name, out)
+	return 0
+}
+
+// writtenByPod is whether the Node's status was last written by a manager
+// named hotplugd (its user agent) on the status subresource: the pod, when
+// no other hotplugd runs.
+func writtenByPod(n *v1.Node) bool {
+	for _, f := range n.ManagedFields {
+		if f.Manager == "hotplugd" && f.Subresource == "status" {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDaemonSet runs deploy/kubernetes as users apply it on a one-node
+// cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+// the kubelet on containerd, in kubeadm's layout): the DaemonSet controller
+// makes the pod, the scheduler places it, the kubelet runs it from the
+// image `make image` built, and its liveness probe passes. From the pod:
+// cpu1 offline and a hugepage change set KubeletCapacityStale on its own
+// Node with its own bound token; the same token cannot change another Node
+// (403); a rollout to a new image digest replaces the pod cleanly.
+func TestDaemonSet(t *testing.T) {
+	s := setup(t)
+	m := acquireMachine(t)
+	img := hotplugdImage(t, s)
+	testImages(t, s)
+	base := kustomizeBuild(t, filepath.Join(repoRoot, "deploy", "kubernetes"))
+	name := baseImageName(t, base)
+	if err := s.api.StartControllers(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.api.StopControllers)
+	k := startKubeletWith(t, s, kubeletSpec{KubeadmLayout: true})
+	c := s.api.Client()
+	ctx := context.Background()
+
+	objs := kustomizeBuild(t, writeOverlay(t, s, name, image{Digest: img.Digest}))
+	ref := name + "@" + img.Digest
+	t0 := time.Now()
+	remove := applyObjects(t, s, objs)
+	t.Cleanup(func() {
+		remove()
+		// The pods go before the kubelet stops (cleanups run in reverse).
+		deadline := time.Now().Add(90 * time.Second)
+		for len(daemonPods(t, s)) > 0 {
+			if time.Now().After(deadline) {
+				t.Errorf("the DaemonSet's pods are not gone 90 s after its deletion:\n%s", describePods(daemonPods(t, s)))
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if err := s.containerd.waitNoTasks(30 * time.Second); err != nil {
+			t.Error(err)
+		}
+	})
+	pod, readyIn := waitDaemonPod(t, s, k, t0, ref, "", 2*time.Minute)
+	t.Logf("apply -> pod %s Ready: %v", pod.Name, readyIn.Round(time.Millisecond))
+	if pod.Spec.NodeName != nodeName {
+		t.Errorf("pod on node %q, want %s", pod.Spec.NodeName, nodeName)
+	}
+
+	// The liveness probe has passed: the kubelet's own count of it.
+	var probes float64
+	for deadline := time.Now().Add(30 * time.Second); probes == 0; time.Sleep(500 * time.Millisecond) {
+		text, err := kubeletGet(k, "/metrics/probes")
+		if err == nil {
+			probes, _ = metricValue(text, "prober_probe_total", `probe_type="Liveness"`, `result="successful"`, `pod="`+pod.Name+`"`)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no successful liveness probe of %s in 30 s (last read: %v); events:\n%s", pod.Name, err, namespaceEvents(t, s, dsNamespace))
+		}
+	}
+	if failed, _ := func() (float64, error) {
+		text, err := kubeletGet(k, "/metrics/probes")
+		v, _ := metricValue(text, "prober_probe_total", `probe_type="Liveness"`, `result="failed"`, `pod="`+pod.Name+`"`)
+		return v, err
+	}(); failed > 0 {
+		t.Errorf("%v failed liveness probes of %s", failed, pod.Name)
+	}
+	results.add(result{scenario: "7 DaemonSet", side: "pod", change: "kustomize build deploy/kubernetes (test overlay) + apply",
+		correct: "pod Ready " + seconds(readyIn), writes: -1,
+		note: fmt.Sprintf("controller made %s, scheduler placed it on %s, image %s; liveness probes passed: %v", pod.Name, pod.Spec.NodeName, shortDigest(img.Digest), probes)})
+
+	// The pod finds its Node current: it reads it with its own token.
+	if _, n, ok := waitNode(t, s, time.Now(), 30*time.Second, conditionIs(v1.ConditionFalse)); !ok {
+		t.Fatalf("the pod did not find the Node current within 30 s: condition %+v; its log:\n%s", staleCondition(n), podLog(t, k, pod))
+	}
+
+	// hotplugd gives a kubelet that has just started --kubelet-grace (20 s)
+	// to report before it calls the Node stale: the change comes after, so
+	// that what is measured is the pod's reaction.
+	time.Sleep(time.Until(k.Started.Add(21 * time.Second)))
+	t.Run("cpu1 offline", func(t *testing.T) {
+		t1 := time.Now()
+		m.SetCPUOnline(t, 1, false)
+		took, n, ok := waitNode(t, s, t1, 30*time.Second, conditionIs(v1.ConditionTrue))
+		if !ok {
+			t.Fatalf("KubeletCapacityStale not True 30 s after cpu1 went offline: %+v; the pod's log:\n%s", staleCondition(n), podLog(t, k, pod))
+		}
+		if !writtenByPod(n) {
+			t.Errorf("the Node's status has no field manager hotplugd: %+v", n.ManagedFields)
+		}
+		if got := quantity(n.Status.Capacity, v1.ResourceCPU); got != "2" {
+			t.Errorf("the kubelet's capacity cpu %s, want 2 (stale: nothing restarted it)", got)
+		}
+		text, err := podMetrics()
+		writes, _ := metricValue(text, "hotplugd_node_writes_total")
+		if err != nil || writes == 0 {
+			t.Errorf("the pod's /metrics: %v, node writes %v", err, writes)
+		}
+		results.add(result{scenario: "7 DaemonSet", side: "pod", change: "cpu1 offline", correct: "condition True " + seconds(took), writes: -1,
+			note: fmt.Sprintf("set by the pod (field manager hotplugd, its node writes %v): %s", writes, staleCondition(n).Message)})
+	})
+	if _, n, ok := waitNode(t, s, time.Now(), 30*time.Second, conditionIs(v1.ConditionFalse)); !ok {
+		t.Fatalf("condition not False 30 s after cpu1 came back: %+v", staleCondition(n))
+	}
+
+	t.Run("hugepages", func(t *testing.T) {
+		t1 := time.Now()
+		m.SetHugePages(t, node0Hugepages2Mi, 8)
+		took, n, ok := waitNode(t, s, t1, 30*time.Second, conditionIs(v1.ConditionTrue))
+		if !ok {
+			t.Fatalf("KubeletCapacityStale not True 30 s after the hugepage change: %+v; the pod's log:\n%s", staleCondition(n), podLog(t, k, pod))
+		}
+		results.add(result{scenario: "7 DaemonSet", side: "pod", change: "8 x 2Mi hugepages", correct: "condition True " + seconds(took), writes: -1,
+			note: staleCondition(n).Message})
+	})
+	if _, n, ok := waitNode(t, s, time.Now(), 30*time.Second, conditionIs(v1.ConditionFalse)); !ok {
+		t.Fatalf("condition not False 30 s after the hugepages were put back: %+v", staleCondition(n))
+	}
+
+	t.Run("other Node forbidden", func(t *testing.T) {
+		// The token the kubelet mounted in the pod, read inside the pod's
+		// mount namespace.
+		pid := containerPID(t, s, pod)
+		tok, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/var/run/secrets/kubernetes.io/serviceaccount/token", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "e2e-other-node"}}
+		if _, err := c.CoreV1().Nodes().Create(ctx, other, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.CoreV1().Nodes().Delete(ctx, other.Name, metav1.DeleteOptions{}) })
+		pc, err := kubernetes.NewForConfig(s.api.TokenConfig(strings.TrimSpace(string(tok))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"True","reason":"CapacityDrift","message":"e2e"}]}}`, nodepatch.ConditionType)
+		_, err = pc.CoreV1().Nodes().Patch(ctx, other.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+		const want = "may change only the Node its pod runs on"
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("the pod's token patching %s: %v, want 403 %q", other.Name, err, want)
+		}
+		status := err.(apierrors.APIStatus).Status()
+		results.add(result{scenario: "7 DaemonSet", side: "pod", change: "the pod's token patches another Node's status", correct: "-", writes: -1,
+			note: fmt.Sprintf("%d %s: %s", status.Code, status.Reason, status.Message)})
+	})
+
+	t.Run("rollout", func(t *testing.T) {
+		bin := goBuild(t, s, "./cmd/hotplugd", "hotplugd-rollout/hotplugd", "-s -w -X main.version=e2e-rollout")
+		next := buildImage(t, s, bin, name+":e2e-rollout")
+		importImage(t, s, next)
+		if next.Digest == img.Digest {
+			t.Fatal("the rollout image has the same digest")
+		}
+		exit := watchExit(t, s, pod)
+		t1 := time.Now()
+		patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":"hotplugd","image":%q}]}}}}`, next.Ref())
+		if _, err := c.AppsV1().DaemonSets(dsNamespace).Patch(ctx, dsName, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		np, took := waitDaemonPod(t, s, k, t1, next.Ref(), pod.Name, 2*time.Minute)
+		code := exit()
+		if code != 0 {
+			t.Errorf("the old pod's container exited with %d, want 0 (a clean stop on SIGTERM)", code)
+		}
+		if rc := np.Status.ContainerStatuses[0].RestartCount; rc != 0 {
+			t.Errorf("new pod restarted %d times", rc)
+		}
+		if log := podLog(t, k, np); !strings.Contains(log, `"version": "e2e-rollout"`) {
+			t.Errorf("the new pod does not run the new build; its log:\n%s", log)
+		}
+		if _, n, ok := waitNode(t, s, time.Now(), 30*time.Second, conditionIs(v1.ConditionFalse)); !ok {
+			t.Errorf("after the rollout the condition is %+v, want False", staleCondition(n))
+		}
+		ds, err := c.AppsV1().DaemonSets(dsNamespace).Get(ctx, dsName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rolledOut(ds) {
+			t.Errorf("DaemonSet status after the rollout: %+v", ds.Status)
+		}
+		results.add(result{scenario: "7 DaemonSet", side: "pod", change: "rollout to a new image digest", correct: "new pod Ready " + seconds(took), writes: -1,
+			note: fmt.Sprintf("%s -> %s; old pod %s exited %d; new pod %s, restarts 0", shortDigest(img.Digest), shortDigest(next.Digest), pod.Name, code, np.Name)})
+	})
+}
+
+// rolledOut is whether every pod of the DaemonSet is updated and available.
+func rolledOut(ds *appsv1.DaemonSet) bool {
+	st := ds.Status
+	return st.ObservedGeneration >= ds.Generation && st.UpdatedNumberScheduled == st.DesiredNumberScheduled &&
+		st.NumberAvailable == st.DesiredNumberScheduled && st.DesiredNumberScheduled == 1
+}
+
+// watchExit follows pod until it is deleted; the function it returns waits
+// for that (at most 2 minutes) and returns the exit code its container's
+// last status showed (-1 when none was seen).
+func watchExit(t *testing.T, s *suite, pod *v1.Pod) func() int {
+	t.Helper()
+	w, err := s.api.Client().CoreV1().Pods(pod.Namespace).Watch(context.Background(), metav1.ListOptions{
+		FieldSelector: "metadata.name=" + pod.Name, ResourceVersion: pod.ResourceVersion,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := make(chan int, 1)
+	go func() {
+		last := -1
+		defer func() { code <- last }()
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*v1.Pod)
+			if !ok {
+				continue
+			}
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.State.Terminated != nil {
+					last = int(cs.State.Terminated.ExitCode)
+				}
+			}
+			if ev.Type == "DELETED" {
+				return
+			}
+		}
+	}()
+	return func() int {
+		select {
+		case c := <-code:
+			return c
+		case <-time.After(2 * time.Minute):
+			w.Stop()
+			return <-code
+		}
+	}
+}
+
+// podLog is the pod's first container's log as the kubelet wrote it
+// (<podLogsDir>/<namespace>_<name>_<uid>/<container>/0.log).
+func podLog(t *testing.T, k *kubelet, p *v1.Pod) string {
+	t.Helper()
+	if len(p.Spec.Containers) == 0 {
+		return ""
+	}
+	path := filepath.Join(k.dir, "pod-logs", fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), p.Spec.Containers[0].Name, "0.log")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return tail(b, 6000)
+}
+
+// shortDigest is "sha256:" and the first 12 hex digits.
+func shortDigest(d string) string {
+	if len(d) > 19 {
+		return d[:19]
+	}
+	return d
+}
