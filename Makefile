@@ -53,6 +53,7 @@ kubebin:
 
 unit: deps kubebin
 	$(KUBEBIN_ENV) $(GO) test -race -count=1 -timeout 30m ./...
+	cd hack/image && $(GO) test -count=1 ./...
 
 ## compat: the kubelet oracle tests against every kubelet release hotplugd knows (1.34-1.37), each by its own
 ## code: go.mod's v1.36.3 and $(COMPAT)/modules/*.mod (hack/compat-modules.sh makes them), built with one
@@ -71,6 +72,7 @@ lint: $(STATICCHECK)
 	@# loader does not take -modfile: it checks the default release only)
 	cd $(COMPAT) && for m in modules/k8s-*.mod; do v=$${m#modules/k8s-}; v=$${v%.mod}; \
 	  $(GO) vet -modfile=$$m -tags kubelet_1_$$(echo $$v | cut -d. -f2) ./... || exit 1; done
+	cd hack/image && $(GO) vet ./... && $(STATICCHECK) ./...
 
 $(STATICCHECK):
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
@@ -88,3 +90,58 @@ bench:
 
 clean:
 	rm -rf bin
+
+# The container image (hack/image, docs/image.md): for linux/amd64 and
+# linux/arm64, one layer holding only the static binary at IMAGE_PATH; the
+# same commit gives the same index digest. The Dockerfile's final stage must
+# agree with IMAGE_PATH, IMAGE_ENTRYPOINT and LDFLAGS (hack/image's
+# TestDockerfileMatchesMakefile reads both files).
+IMAGE            ?= ghcr.io/hotplugd/hotplugd
+IMAGE_PATH       := /hotplugd
+IMAGE_ENTRYPOINT := /hotplugd
+IMAGE_SOURCE     ?= https://github.com/hotplugd/hotplugd
+IMAGE_DIR        := bin/image
+IMAGE_ARCHIVE    := $(IMAGE_DIR)/hotplugd.oci.tar
+IMAGE_TOOL       := $(TOOLS)/hotplugd-image
+# Every timestamp in the image: SOURCE_DATE_EPOCH if set, else the last commit's.
+IMAGE_EPOCH       = $(or $(SOURCE_DATE_EPOCH),$(shell git log -1 --format=%ct 2>/dev/null),0)
+IMAGE_REVISION    = $(shell git rev-parse HEAD 2>/dev/null)
+# The images: entry that push and pin-image rewrite (newName + digest).
+KUSTOMIZATION    := deploy/kubernetes/kustomization.yaml
+KUSTOMIZE_IMAGE  := ghcr.io/hotplugd/hotplugd
+
+.PHONY: image push pin-image
+
+## image: bin/image/hotplugd.oci.tar (an OCI archive: `ctr -n k8s.io images import` takes it) and bin/image/oci/ (OCI
+## layout) of $(IMAGE):$(VERSION) for linux/amd64 and linux/arm64, without Docker; the last line is the index digest.
+## -buildvcs=false: the binary does not record the checkout's vcs state (VERSION already says -dirty)
+image: $(IMAGE_TOOL)
+	@mkdir -p $(IMAGE_DIR)
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/hotplugd-linux-amd64 ./cmd/hotplugd
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/hotplugd-linux-arm64 ./cmd/hotplugd
+	@$(IMAGE_TOOL) build \
+	  --platform linux/amd64=$(IMAGE_DIR)/hotplugd-linux-amd64 \
+	  --platform linux/arm64=$(IMAGE_DIR)/hotplugd-linux-arm64 \
+	  --path $(IMAGE_PATH) --entrypoint $(IMAGE_ENTRYPOINT) --epoch $(IMAGE_EPOCH) --name $(IMAGE):$(VERSION) \
+	  --annotation org.opencontainers.image.version=$(VERSION) \
+	  $(if $(IMAGE_REVISION),--annotation org.opencontainers.image.revision=$(IMAGE_REVISION)) \
+	  --annotation org.opencontainers.image.source=$(IMAGE_SOURCE) \
+	  --out $(IMAGE_ARCHIVE) --layout $(IMAGE_DIR)/oci
+
+## push: make image, push it to $(IMAGE):$(VERSION) with your docker/podman credentials and pin $(KUSTOMIZATION)
+## to $(IMAGE)@digest, e.g. make push IMAGE=registry.example.com/ops/hotplugd; the last line is that reference
+push: image
+	@ref=$$($(IMAGE_TOOL) push --archive $(IMAGE_ARCHIVE) $(IMAGE):$(VERSION)) && \
+	  $(IMAGE_TOOL) pin --kustomization $(KUSTOMIZATION) --name $(KUSTOMIZE_IMAGE) --new-name $(IMAGE) --digest $${ref##*@} && \
+	  echo "$$ref"
+
+## pin-image: only the pin: $(KUSTOMIZATION) to $(IMAGE)@<index digest of $(IMAGE_ARCHIVE)>, for an image pushed
+## with skopeo or crane
+pin-image: $(IMAGE_TOOL)
+	@test -f $(IMAGE_ARCHIVE) || { echo "pin-image: no $(IMAGE_ARCHIVE): run make image first" >&2; exit 1; }
+	@digest=$$($(IMAGE_TOOL) digest --archive $(IMAGE_ARCHIVE)) && \
+	  $(IMAGE_TOOL) pin --kustomization $(KUSTOMIZATION) --name $(KUSTOMIZE_IMAGE) --new-name $(IMAGE) --digest $$digest
+
+# hack/image is its own module: go-containerregistry stays out of hotplugd's go.mod.
+$(IMAGE_TOOL): hack/image/go.mod hack/image/go.sum $(filter-out %_test.go,$(wildcard hack/image/*.go))
+	cd hack/image && $(GO) build -trimpath -o $(IMAGE_TOOL) .
