@@ -35,7 +35,7 @@ snapshot: build
 test: deps
 ## test: everything CI runs: lint, unit and privileged integration tests (against a real
 ## kube-apiserver and etcd), the kubelet/cAdvisor oracle tests, the end-to-end tests
-test: lint unit compat e2e
+test: lint unit compat monitoring e2e
 
 ## e2e: end to end, as root, one package at a time (timings): hotplug in a nested QEMU VM (assets fetched once by
 ## hack/vm-assets.sh) and a real kubelet with containerd on this machine
@@ -60,6 +60,15 @@ unit: deps kubebin
 ## shared cache, run in parallel; one line per release with the cases that agree (hack/compat-test.sh)
 compat:
 	GO=$(GO) hack/compat-test.sh
+
+.PHONY: monitoring
+
+## monitoring: deploy/kubernetes/components/monitoring built with the real kustomize (DaemonSet patched, the rest of the
+## base intact), its PrometheusRule through promtool check rules and test rules (test/monitoring; kustomize and promtool
+## from hack/tool.sh, promtool ~13 min cold)
+monitoring:
+	@hack/tool.sh kustomize >/dev/null && hack/tool.sh promtool >/dev/null
+	HOTPLUGD_KUSTOMIZE="$$(hack/tool.sh kustomize)" HOTPLUGD_PROMTOOL="$$(hack/tool.sh promtool)" $(GO) test -count=1 -v ./test/monitoring/
 
 ## lint: gofmt, go vet and staticcheck over both modules (go vet also over every kubelet release's oracle build)
 lint: $(STATICCHECK)

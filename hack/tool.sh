@@ -6,11 +6,17 @@
 # the first run on a machine pays the build.
 #
 #   hack/tool.sh kustomize     sigs.k8s.io/kustomize/kustomize/v5
+#   hack/tool.sh promtool      github.com/prometheus/prometheus/cmd/promtool
 set -euo pipefail
-name="${1:?usage: hack/tool.sh kustomize}"
+name="${1:?usage: hack/tool.sh kustomize|promtool}"
 case "$name" in
 # v5.8.3 needs Go 1.27; v5.8.1 is the newest that builds with go.mod's Go.
 kustomize) pkg=sigs.k8s.io/kustomize/kustomize/v5 version=v5.8.1 ;;
+# Prometheus 3.x's Go module is v0.3xx.y. v0.316.0 (go 1.26.7, no replace
+# directive) is the newest; v0.315.1 and earlier (checked back to v0.310.0)
+# carry replace directives, which `go install module@version` refuses. About
+# 13 minutes cold on 2 cores.
+promtool) pkg=github.com/prometheus/prometheus/cmd/promtool version=v0.316.0 ;;
 *)
 	echo "hack/tool.sh: unknown tool $name" >&2
 	exit 2
