@@ -3,7 +3,7 @@
 
 GO            ?= go
 VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS       := -s -w -X main.version=$(VERSION)
+LDFLAGS        = -s -w -X main.version=$(VERSION)
 TOOLS         := $(CURDIR)/bin/tools
 STATICCHECK   := $(TOOLS)/staticcheck
 STATICCHECK_VERSION := v0.8.2
@@ -112,22 +112,39 @@ IMAGE_SOURCE     ?= https://github.com/hotplugd/hotplugd
 IMAGE_DIR        := bin/image
 IMAGE_ARCHIVE    := $(IMAGE_DIR)/hotplugd.oci.tar
 IMAGE_TOOL       := $(TOOLS)/hotplugd-image
-# Every timestamp in the image: SOURCE_DATE_EPOCH if set, else the last commit's.
-IMAGE_EPOCH       = $(or $(SOURCE_DATE_EPOCH),$(shell git log -1 --format=%ct 2>/dev/null),0)
-IMAGE_REVISION    = $(shell git rev-parse HEAD 2>/dev/null)
+# What goes into the image. The image's version, revision and timestamps are
+# those of the last commit that changed one of these (IMAGE_COMMIT), not of
+# HEAD: a commit that changes only the manifests (the digest pin itself) or
+# docs builds the same digest, so deploy/kubernetes can pin the digest of the
+# image its own commit builds (checked by test/e2e's TestImage).
+IMAGE_INPUTS     := go.mod go.sum cmd pkg internal hack/image
+IMAGE_COMMIT      = $(shell git log -1 --format=%H -- $(IMAGE_INPUTS) 2>/dev/null)
+# The image's version: `git describe` of IMAGE_COMMIT, -dirty when an input
+# has uncommitted changes.
+IMAGE_VERSION     = $(or $(shell git describe --tags --always --abbrev=12 $(IMAGE_COMMIT) 2>/dev/null),dev)$(if $(shell git status --porcelain -- $(IMAGE_INPUTS) 2>/dev/null),-dirty)
+# Every timestamp in the image: SOURCE_DATE_EPOCH if set, else IMAGE_COMMIT's.
+IMAGE_EPOCH       = $(or $(SOURCE_DATE_EPOCH),$(shell git log -1 --format=%ct $(IMAGE_COMMIT) 2>/dev/null),0)
+IMAGE_REVISION    = $(IMAGE_COMMIT)
+# The Go release of go.mod builds the image's binaries (downloaded from the
+# module proxy when the local go is another): the same source gives the same
+# bytes on every machine.
+IMAGE_GOTOOLCHAIN = go$(shell awk '$$1 == "go" {print $$2; exit}' go.mod)
 # The images: entry that push and pin-image rewrite (newName + digest).
 KUSTOMIZATION    := deploy/kubernetes/kustomization.yaml
 KUSTOMIZE_IMAGE  := ghcr.io/hotplugd/hotplugd
 
 .PHONY: image push pin-image
 
+# The image, its tag and its binaries carry IMAGE_VERSION.
+image push pin-image: VERSION = $(IMAGE_VERSION)
+
 ## image: bin/image/hotplugd.oci.tar (an OCI archive: `ctr -n k8s.io images import` takes it) and bin/image/oci/ (OCI
 ## layout) of $(IMAGE):$(VERSION) for linux/amd64 and linux/arm64, without Docker; the last line is the index digest.
 ## -buildvcs=false: the binary does not record the checkout's vcs state (VERSION already says -dirty)
 image: $(IMAGE_TOOL)
 	@mkdir -p $(IMAGE_DIR)
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/hotplugd-linux-amd64 ./cmd/hotplugd
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/hotplugd-linux-arm64 ./cmd/hotplugd
+	GOTOOLCHAIN=$(IMAGE_GOTOOLCHAIN) CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/hotplugd-linux-amd64 ./cmd/hotplugd
+	GOTOOLCHAIN=$(IMAGE_GOTOOLCHAIN) CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/hotplugd-linux-arm64 ./cmd/hotplugd
 	@$(IMAGE_TOOL) build \
 	  --platform linux/amd64=$(IMAGE_DIR)/hotplugd-linux-amd64 \
 	  --platform linux/arm64=$(IMAGE_DIR)/hotplugd-linux-arm64 \

@@ -214,6 +214,42 @@ func TestImage(t *testing.T) {
 	if !strings.HasPrefix(version, "hotplugd ") {
 		t.Errorf("hotplugd version in the image printed %q", version)
 	}
-	note := fmt.Sprintf("twice: %s both times (second build %.1f s); `ctr run` of it: %q", second, took.Seconds(), version)
+	pin := checkPin(t, second)
+	note := fmt.Sprintf("twice: %s both times (second build %.1f s); `ctr run` of it: %q; %s", second, took.Seconds(), version, pin)
 	results.add(result{scenario: "0 image", side: "make image", change: "-", correct: "-", writes: -1, note: note})
+}
+
+// imageInputs are the Makefile's IMAGE_INPUTS: what goes into the image.
+var imageInputs = []string{"go.mod", "go.sum", "cmd", "pkg", "internal", "hack/image"}
+
+// checkPin compares the digest deploy/kubernetes pins with the one this
+// tree builds, when the image's inputs are committed (a dirty tree builds a
+// -dirty image, which nothing pins), and says what it found.
+func checkPin(t *testing.T, built string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "kubernetes", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*digest:\s*(sha256:[0-9a-f]{64})\s*$`).FindSubmatch(b)
+	if m == nil {
+		t.Errorf("deploy/kubernetes/kustomization.yaml pins no digest: run `make pin-image` and commit it")
+		return "no pin"
+	}
+	pinned := string(m[1])
+	cmd := exec.Command("git", append([]string{"status", "--porcelain", "--"}, imageInputs...)...)
+	cmd.Dir = repoRoot
+	out, err := cmd.Output()
+	switch {
+	case err != nil:
+		t.Logf("pin not compared: git status: %v", err)
+		return "pin not compared (no git)"
+	case len(bytes.TrimSpace(out)) > 0:
+		t.Logf("pin not compared: the image's inputs have uncommitted changes:\n%s", out)
+		return "pin not compared (uncommitted inputs)"
+	case pinned != built:
+		t.Errorf("deploy/kubernetes pins %s, but this commit builds %s: run `make pin-image` and commit it", pinned, built)
+		return "pin stale"
+	}
+	return "deploy/kubernetes pins it"
 }
