@@ -210,6 +210,7 @@ func TestPinnedPod(t *testing.T) {
 	d := startHotplugd(t, s, k, "--remedy-interval", "1s")
 
 	t.Run("hugepage remedy", func(t *testing.T) {
+		writes0 := hotplugdWrites(t, d)
 		mark, t1 := d.Mark(), time.Now()
 		m.SetHugePages(t, node0Hugepages2Mi, 16)
 		want := resource.MustParse("32Mi")
@@ -229,7 +230,7 @@ func TestPinnedPod(t *testing.T) {
 		after := readPodState(t, s, "pinned")
 		checkUntouched(t, s, before, after, true)
 		results.add(result{scenario: "8 pinned pod", side: "hotplugd", change: "16 x 2Mi hugepages, Guaranteed pod pinned to cpu1",
-			correct: seconds(took), restarts: k.startsSince(t1), writes: -1,
+			correct: seconds(took), restarts: k.startsSince(t1), writes: settleWrites(t, d) - writes0,
 			note: fmt.Sprintf("kubelet %s (remedy %.2f s); before: %s; after: %s", timeline(k, t1), restart.Seconds(), before, after)})
 	})
 
@@ -238,6 +239,7 @@ func TestPinnedPod(t *testing.T) {
 		stateBefore := readFile(t, state)
 		podBefore := readPodState(t, s, "pinned")
 		drains := len(nodeEvents(t, s, nodepatch.ReasonNeedsDrain))
+		writes0 := hotplugdWrites(t, d)
 		t1 := time.Now()
 		m.SetCPUOnline(t, 1, false)
 		var msg string
@@ -269,7 +271,7 @@ func TestPinnedPod(t *testing.T) {
 		// kernel's doing, not hotplugd's; the pod itself is untouched.
 		checkUntouched(t, s, podBefore, after, false)
 		results.add(result{scenario: "8 pinned pod", side: "hotplugd", change: "cpu1 offline under the pinned pod",
-			correct: "NeedsDrain Event " + seconds(took) + " (no restart, by design)", restarts: k.startsSince(t1), writes: -1,
+			correct: "NeedsDrain Event " + seconds(took) + " (no restart, by design)", restarts: k.startsSince(t1), writes: settleWrites(t, d) - writes0,
 			note: fmt.Sprintf("state file untouched; before: %s; after: %s; event: %s", podBefore, after, msg)})
 	})
 }
