@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -65,8 +66,10 @@ func startAPIServer(t testing.TB) *kubeapitest.Server {
 type kustomization struct {
 	Resources []string `json:"resources"`
 	Images    []struct {
-		Name   string `json:"name"`
-		NewTag string `json:"newTag"`
+		Name    string `json:"name"`
+		NewName string `json:"newName"`
+		NewTag  string `json:"newTag"`
+		Digest  string `json:"digest"`
 	} `json:"images"`
 }
 
@@ -336,8 +339,15 @@ func TestIntegrationNodeRBAC(t *testing.T) {
 			t.Fatalf("%d containers, want 1", len(spec.Containers))
 		}
 		ctr := spec.Containers[0]
-		if len(k.Images) != 1 || ctr.Image != k.Images[0].Name+":"+k.Images[0].NewTag {
-			t.Errorf("image %q does not match kustomization.yaml's images %+v", ctr.Image, k.Images)
+		// kustomization.yaml pins the image by digest (make pin-image): the
+		// DaemonSet's image name is the one its images entry rewrites.
+		name, _, _ := strings.Cut(ctr.Image, "@")
+		if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+			name = name[:i]
+		}
+		if len(k.Images) != 1 || k.Images[0].Name != name || k.Images[0].NewTag != "" ||
+			!regexp.MustCompile(`^sha256:[0-9a-f]{64}$`).MatchString(k.Images[0].Digest) {
+			t.Errorf("image %q: kustomization.yaml's images %+v do not pin it by digest", ctr.Image, k.Images)
 		}
 		if !strings.Contains(strings.Join(ctr.Args, " "), "--node-name=$(NODE_NAME)") {
 			t.Errorf("args %q lack --node-name=$(NODE_NAME)", ctr.Args)
