@@ -112,12 +112,16 @@ IMAGE_SOURCE     ?= https://github.com/hotplugd/hotplugd
 IMAGE_DIR        := bin/image
 IMAGE_ARCHIVE    := $(IMAGE_DIR)/hotplugd.oci.tar
 IMAGE_TOOL       := $(TOOLS)/hotplugd-image
-# What goes into the image. The image's version, revision and timestamps are
-# those of the last commit that changed one of these (IMAGE_COMMIT), not of
-# HEAD: a commit that changes only the manifests (the digest pin itself) or
-# docs builds the same digest, so deploy/kubernetes can pin the digest of the
+# What goes into the image: go.mod, go.sum, the tool, and the directories of
+# the module's packages the binary is built from (go list -deps), without
+# tests and test data. The image's version, revision and timestamps are those
+# of the last commit that changed one of these (IMAGE_COMMIT), not of HEAD: a
+# commit that changes only tests, manifests (the digest pin itself) or docs
+# builds the same digest, so deploy/kubernetes can pin the digest of the
 # image its own commit builds (checked by test/e2e's TestImage).
-IMAGE_INPUTS     := go.mod go.sum cmd pkg internal hack/image
+IMAGE_INPUTS      = go.mod go.sum hack/image \
+  $(shell GOOS=linux $(GO) list -deps -f '{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}' ./cmd/hotplugd | sed 's|^$(CURDIR)/||') \
+  ':(exclude,glob)**/*_test.go' ':(exclude,glob)**/testdata/**'
 IMAGE_COMMIT      = $(shell git log -1 --format=%H -- $(IMAGE_INPUTS) 2>/dev/null)
 # The image's version: `git describe` of IMAGE_COMMIT, -dirty when an input
 # has uncommitted changes.
@@ -133,7 +137,11 @@ IMAGE_GOTOOLCHAIN = go$(shell awk '$$1 == "go" {print $$2; exit}' go.mod)
 KUSTOMIZATION    := deploy/kubernetes/kustomization.yaml
 KUSTOMIZE_IMAGE  := ghcr.io/hotplugd/hotplugd
 
-.PHONY: image push pin-image
+.PHONY: image push pin-image image-inputs
+
+## image-inputs: the git pathspecs of what goes into the image, one per line
+image-inputs:
+	@printf '%s\n' $(IMAGE_INPUTS)
 
 # The image, its tag and its binaries carry IMAGE_VERSION.
 image push pin-image: VERSION = $(IMAGE_VERSION)

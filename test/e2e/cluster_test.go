@@ -27,11 +27,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/restmapper"
 
+	"github.com/hotplugd/hotplugd/internal/kubeapitest"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 )
 
@@ -185,34 +184,19 @@ func writeOverlay(t *testing.T, s *suite, name string, img image) string {
 func applyObjects(t *testing.T, s *suite, objs []*unstructured.Unstructured) func() {
 	t.Helper()
 	ctx := context.Background()
-	cfg := s.api.RestConfig()
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	groups, err := restmapper.GetAPIGroupResources(dc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDiscoveryRESTMapper(groups)
-	dyn, err := dynamic.NewForConfig(cfg)
+	res, err := kubeapitest.NewResources(s.api.RestConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var applied []dynamic.ResourceInterface
 	var names []string
 	for _, obj := range objs {
-		gvk := obj.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		ri, id, err := res.For(obj)
 		if err != nil {
-			t.Fatalf("%s %s: %v", gvk, obj.GetName(), err)
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if m.Scope.Name() == "namespace" {
-			ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
+			t.Fatal(err)
 		}
 		if _, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "e2e", Force: true}); err != nil {
-			t.Fatalf("applying %s %s: %v", gvk.Kind, obj.GetName(), err)
+			t.Fatalf("applying %s: %v", id, err)
 		}
 		applied = append(applied, ri)
 		names = append(names, obj.GetName())

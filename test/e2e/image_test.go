@@ -219,9 +219,6 @@ func TestImage(t *testing.T) {
 	results.add(result{scenario: "0 image", side: "make image", change: "-", correct: "-", writes: -1, note: note})
 }
 
-// imageInputs are the Makefile's IMAGE_INPUTS: what goes into the image.
-var imageInputs = []string{"go.mod", "go.sum", "cmd", "pkg", "internal", "hack/image"}
-
 // checkPin compares the digest deploy/kubernetes pins with the one this
 // tree builds, when the image's inputs are committed (a dirty tree builds a
 // -dirty image, which nothing pins), and says what it found.
@@ -237,7 +234,12 @@ func checkPin(t *testing.T, built string) string {
 		return "no pin"
 	}
 	pinned := string(m[1])
-	cmd := exec.Command("git", append([]string{"status", "--porcelain", "--"}, imageInputs...)...)
+	// What goes into the image, as git pathspecs (the Makefile's IMAGE_INPUTS).
+	inputs, err := exec.Command("make", "-s", "-C", repoRoot, "image-inputs").Output()
+	if err != nil {
+		t.Fatalf("make image-inputs: %v", err)
+	}
+	cmd := exec.Command("git", append([]string{"status", "--porcelain", "--"}, strings.Fields(string(inputs))...)...)
 	cmd.Dir = repoRoot
 	out, err := cmd.Output()
 	switch {

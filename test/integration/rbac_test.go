@@ -26,11 +26,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -141,34 +138,15 @@ func applyManifests(t testing.TB, s *kubeapitest.Server, objs []*unstructured.Un
 	cfg := s.RestConfig()
 	var warned warnings
 	cfg.WarningHandler = &warned
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	groups, err := restmapper.GetAPIGroupResources(dc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDiscoveryRESTMapper(groups)
-	dyn, err := dynamic.NewForConfig(cfg)
+	res, err := kubeapitest.NewResources(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var applied []string
 	for _, obj := range objs {
-		gvk := obj.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		ri, id, err := res.For(obj)
 		if err != nil {
-			t.Fatalf("%s %s: %v", gvk, obj.GetName(), err)
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		id := gvk.Kind + " " + obj.GetName()
-		if m.Scope.Name() == "namespace" {
-			if obj.GetNamespace() == "" {
-				t.Fatalf("%s: no namespace in the manifest", id)
-			}
-			ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
-			id = gvk.Kind + " " + obj.GetNamespace() + "/" + obj.GetName()
+			t.Fatal(err)
 		}
 		if _, err := ri.Create(ctx, obj, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}); err != nil {
 			t.Fatalf("creating %s: %v", id, err)
