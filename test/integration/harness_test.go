@@ -27,6 +27,7 @@ func TestMain(m *testing.M) {
 	os.Chmod(dir, 0o755) // TestIntegrationUnprivileged runs it as nobody
 	if binary, err = daemontest.Build(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
 		os.Exit(1)
 	}
 	code := m.Run()
