@@ -3,7 +3,6 @@ package monitoring
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -11,7 +10,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -22,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/hotplugd/hotplugd/internal/hacktool"
 )
 
 // The repository's root: go test runs a test in its package's directory.
@@ -44,66 +44,24 @@ var externalSeries = map[string]string{
 	"kube_daemonset_status_number_unavailable": "kube-state-metrics",
 }
 
-// tool is one of the command-line tools the tests run.
-type tool struct {
-	name string // hack/tool.sh's name for it
-	env  string // overrides hack/tool.sh
-}
+// tool is one of the command-line tools the tests run (hack/tool.sh's
+// name; $HOTPLUGD_<NAME> overrides it: internal/hacktool).
+type tool struct{ name string }
 
 var (
-	kustomizeTool = tool{name: "kustomize", env: "HOTPLUGD_KUSTOMIZE"}
-	promtoolTool  = tool{name: "promtool", env: "HOTPLUGD_PROMTOOL"}
+	kustomizeTool = tool{name: "kustomize"}
+	promtoolTool  = tool{name: "promtool"}
 )
 
-var (
-	toolsMu sync.Mutex
-	tools   = map[string]toolResult{}
-)
-
-type toolResult struct {
-	path string
-	err  error
-}
-
-// path is the tool's binary: $env when set (it must be executable), else
-// what hack/tool.sh builds or has cached. A tool hack/tool.sh cannot build
-// skips the test, with the script's output.
+// path is the tool's binary. A tool hack/tool.sh cannot build skips the
+// test, with the script's output.
 func (tl tool) path(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv(tl.env); p != "" {
-		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
-			t.Fatalf("$%s=%s is not an executable file (%v)", tl.env, p, err)
-		}
-		return p
+	p, err := hacktool.Path(tl.name)
+	if err != nil {
+		t.Skipf("%s cannot be built here (set $%s to a %s binary to run this test):\n%v", tl.name, hacktool.EnvVar(tl.name), tl.name, err)
 	}
-	toolsMu.Lock()
-	defer toolsMu.Unlock()
-	r, ok := tools[tl.name]
-	if !ok {
-		cmd := exec.Command(filepath.Join(repoRoot, "hack", "tool.sh"), tl.name)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			r.err = fmt.Errorf("hack/tool.sh %s: %v\n%s", tl.name, err, tail(stderr.String(), 20))
-		} else {
-			r.path = strings.TrimSpace(string(out))
-		}
-		tools[tl.name] = r
-	}
-	if r.err != nil {
-		t.Skipf("%s cannot be built here (set $%s to a %s binary to run this test):\n%v", tl.name, tl.env, tl.name, r.err)
-	}
-	return r.path
-}
-
-// tail is the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return p
 }
 
 // run runs a tool and returns its combined output, or fails the test.
