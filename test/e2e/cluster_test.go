@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +29,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/hotplugd/hotplugd/internal/hacktool"
 	"github.com/hotplugd/hotplugd/internal/kubeapitest"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 )
@@ -78,31 +78,15 @@ patches:
                     value: "{{.Port}}"
 `
 
-var (
-	kustomizeOnce sync.Once
-	kustomizePath string
-	kustomizeErr  error
-)
-
-// kustomize is the real kustomize (hack/tool.sh kustomize), built once per
-// machine.
+// kustomize is the real kustomize (hack/tool.sh kustomize, or
+// $HOTPLUGD_KUSTOMIZE), built once per machine.
 func kustomize(t *testing.T) string {
 	t.Helper()
-	kustomizeOnce.Do(func() {
-		cmd := exec.Command(filepath.Join(repoRoot, "hack", "tool.sh"), "kustomize")
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			kustomizeErr = fmt.Errorf("hack/tool.sh kustomize: %v: %s", err, stderr.String())
-			return
-		}
-		kustomizePath = strings.TrimSpace(string(out))
-	})
-	if kustomizeErr != nil {
-		t.Fatal(kustomizeErr)
+	p, err := hacktool.Path("kustomize")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return kustomizePath
+	return p
 }
 
 // baseImageName is the name deploy/kubernetes's DaemonSet ends up with
@@ -392,8 +376,14 @@ func writtenByPod(n *v1.Node) bool {
 func TestDaemonSet(t *testing.T) {
 	s := setup(t)
 	m := acquireMachine(t)
-	img := hotplugdImage(t, s)
-	testImages(t, s)
+	img, err := hotplugdImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pause image: pods need their sandbox.
+	if _, err := workloadImage(); err != nil {
+		t.Fatal(err)
+	}
 	base := kustomizeBuild(t, filepath.Join(repoRoot, "deploy", "kubernetes"))
 	name := baseImageName(t, base)
 	if err := s.api.StartControllers(); err != nil {
@@ -528,9 +518,17 @@ func TestDaemonSet(t *testing.T) {
 	})
 
 	t.Run("rollout", func(t *testing.T) {
-		bin := goBuild(t, s, "./cmd/hotplugd", "hotplugd-rollout/hotplugd", "-s -w -X main.version=e2e-rollout")
-		next := buildImage(t, s, bin, name+":e2e-rollout")
-		importImage(t, s, next)
+		bin, err := goBuild(s, "./cmd/hotplugd", "hotplugd-rollout/hotplugd", "-s -w -X main.version=e2e-rollout")
+		if err != nil {
+			t.Fatal(err)
+		}
+		next, err := buildImage(s, bin, name+":e2e-rollout")
+		if err == nil {
+			err = importImage(s, next)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 		if next.Digest == img.Digest {
 			t.Fatal("the rollout image has the same digest")
 		}

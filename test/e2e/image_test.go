@@ -38,159 +38,130 @@ func (i image) Ref() string { return i.Name + "@" + i.Digest }
 
 // makeImage runs `make image` in the repository and returns the digest it
 // prints last, and how long it took.
-func makeImage(t *testing.T) (string, time.Duration) {
-	t.Helper()
+func makeImage() (string, time.Duration, error) {
 	start := time.Now()
-	cmd := exec.Command("make", "-s", "-C", repoRoot, "image")
-	out, err := cmd.CombinedOutput()
+	out, err := exec.Command("make", "-s", "-C", repoRoot, "image").CombinedOutput()
 	took := time.Since(start)
 	if err != nil {
-		t.Fatalf("make image: %v\n%s", err, out)
+		return "", took, fmt.Errorf("make image: %v\n%s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	last := strings.TrimSpace(lines[len(lines)-1])
 	if !digestLine.MatchString(last) {
-		t.Fatalf("make image did not end with the index digest; its output:\n%s", out)
+		return "", took, fmt.Errorf("make image did not end with the index digest; its output:\n%s", out)
 	}
-	return last, took
+	return last, took, nil
 }
 
+// The images the scenarios share, built and imported into the suite's
+// containerd once per run (env is set before any test runs); a failure is
+// kept and fails every test that asks again.
 var (
-	hotplugdImageOnce sync.Once
-	hotplugdImageVal  image
-	hotplugdImageErr  string
-)
-
-// hotplugdImage is `make image`'s bin/image/hotplugd.oci.tar, imported into
-// the suite's containerd (once per run).
-func hotplugdImage(t *testing.T, s *suite) image {
-	t.Helper()
-	hotplugdImageOnce.Do(func() {
-		ok := false
-		defer func() {
-			if !ok && hotplugdImageErr == "" {
-				hotplugdImageErr = "make image or its import failed in an earlier test"
-			}
-		}()
-		digest, took := makeImage(t)
-		t.Logf("make image: %s in %v", digest, took.Round(time.Millisecond))
+	// hotplugdImage is `make image`'s bin/image/hotplugd.oci.tar.
+	hotplugdImage = sync.OnceValues(func() (image, error) {
+		digest, took, err := makeImage()
+		if err != nil {
+			return image{}, err
+		}
+		fmt.Printf("e2e: make image: %s in %v\n", digest, took.Round(time.Millisecond))
 		img := image{Archive: filepath.Join(repoRoot, "bin", "image", "hotplugd.oci.tar"), Digest: digest, Name: imageName}
-		importImage(t, s, img)
-		hotplugdImageVal, ok = img, true
+		return img, importImage(env, img)
 	})
-	if hotplugdImageErr != "" {
-		t.Fatal(hotplugdImageErr)
-	}
-	return hotplugdImageVal
-}
-
-var (
-	toolOnce sync.Once
-	toolPath string
-	toolErr  error
-)
-
-// imageTool builds hack/image (the tool behind `make image`) once.
-func imageTool(t *testing.T, s *suite) string {
-	t.Helper()
-	toolOnce.Do(func() {
-		p := filepath.Join(s.dir, "image-tool")
+	// workloadImage is the pinned pod's image; the pause image (the
+	// sandbox image of the suite's containerd) is built and imported with
+	// it.
+	workloadImage = sync.OnceValues(func() (image, error) {
+		if _, err := testImage("pause", pauseImage); err != nil {
+			return image{}, err
+		}
+		return testImage("workload", "hotplugd.test/workload:e2e")
+	})
+	// imageTool is hack/image (the tool behind `make image`), built into
+	// the run's directory.
+	imageTool = sync.OnceValues(func() (string, error) {
+		p := filepath.Join(env.dir, "image-tool")
 		cmd := exec.Command("go", "build", "-o", p, ".")
 		cmd.Dir = filepath.Join(repoRoot, "hack", "image")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			toolErr = fmt.Errorf("building hack/image: %v\n%s", err, out)
-			return
+			return "", fmt.Errorf("building hack/image: %v\n%s", err, out)
 		}
-		toolPath = p
+		return p, nil
 	})
-	if toolErr != nil {
-		t.Fatal(toolErr)
+)
+
+// testImage builds test/e2e/images/<pkg> into the image name and imports
+// it.
+func testImage(pkg, name string) (image, error) {
+	bin, err := goBuild(env, "./test/e2e/images/"+pkg, pkg, "-s -w")
+	if err != nil {
+		return image{}, err
 	}
-	return toolPath
+	img, err := buildImage(env, bin, name)
+	if err != nil {
+		return image{}, err
+	}
+	return img, importImage(env, img)
 }
 
 // buildImage builds a one-platform (linux/amd64) image holding the static
-// binary at /<base name of binary>, its entrypoint, named name, into dir.
-func buildImage(t *testing.T, s *suite, binary, name string) image {
-	t.Helper()
+// binary at /<base name of binary>, its entrypoint, named name, beside the
+// binary.
+func buildImage(s *suite, binary, name string) (image, error) {
+	tool, err := imageTool()
+	if err != nil {
+		return image{}, err
+	}
 	base := filepath.Base(binary)
 	archive := filepath.Join(filepath.Dir(binary), base+".oci.tar")
-	cmd := exec.Command(imageTool(t, s), "build",
+	cmd := exec.Command(tool, "build",
 		"--platform", "linux/amd64="+binary, "--path", "/"+base, "--entrypoint", "/"+base,
 		"--epoch", "0", "--name", name, "--out", archive)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("building image %s: %v\n%s%s", name, err, out, stderr.Bytes())
+		return image{}, fmt.Errorf("building image %s: %v\n%s%s", name, err, out, stderr.Bytes())
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	digest := strings.TrimSpace(lines[len(lines)-1])
 	if !digestLine.MatchString(digest) {
-		t.Fatalf("the image tool did not end with a digest:\n%s", out)
+		return image{}, fmt.Errorf("the image tool did not end with a digest:\n%s", out)
 	}
 	repo, _, _ := strings.Cut(name, ":")
-	return image{Archive: archive, Digest: digest, Name: repo}
+	return image{Archive: archive, Digest: digest, Name: repo}, nil
 }
 
 // goBuild builds a static binary of the package at pkg (relative to the
 // repository) into the run's directory, with ldflags.
-func goBuild(t *testing.T, s *suite, pkg, out, ldflags string) string {
-	t.Helper()
+func goBuild(s *suite, pkg, out, ldflags string) (string, error) {
 	p := filepath.Join(s.dir, "images", out, filepath.Base(out))
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags, "-o", p, pkg)
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 	}
-	return p
-}
-
-var (
-	testImagesOnce sync.Once
-	testImagesErr  string
-	workloadImage  image
-)
-
-// testImages builds and imports the pause image (the sandbox image of the
-// suite's containerd) and the workload image, once per run.
-func testImages(t *testing.T, s *suite) image {
-	t.Helper()
-	testImagesOnce.Do(func() {
-		testImagesErr = "building the pause and workload images failed in an earlier test"
-		pause := buildImage(t, s, goBuild(t, s, "./test/e2e/images/pause", "pause", "-s -w"), pauseImage)
-		importImage(t, s, pause)
-		workloadImage = buildImage(t, s, goBuild(t, s, "./test/e2e/images/workload", "workload", "-s -w"), "hotplugd.test/workload:e2e")
-		importImage(t, s, workloadImage)
-		testImagesErr = ""
-	})
-	if testImagesErr != "" {
-		t.Fatal(testImagesErr)
-	}
-	return workloadImage
+	return p, nil
 }
 
 // importImage imports the archive into the suite's containerd, in the
 // kubelet's namespace, and names it by digest too: containerd's CRI finds an
 // image by the names it has, and a pod names it by digest.
-func importImage(t *testing.T, s *suite, img image) {
-	t.Helper()
+func importImage(s *suite, img image) error {
 	out, err := s.containerd.ctr("images", "import", img.Archive)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	// "unpacking ghcr.io/hotplugd/hotplugd:v1 (sha256:...)...done"
 	m := regexp.MustCompile(`unpacking (\S+) \((sha256:[0-9a-f]{64})\)`).FindStringSubmatch(string(out))
 	if m == nil {
-		t.Fatalf("ctr images import %s: no image named in its output:\n%s", img.Archive, out)
+		return fmt.Errorf("ctr images import %s: no image named in its output:\n%s", img.Archive, out)
 	}
 	if m[2] != img.Digest {
-		t.Fatalf("ctr imported %s as %s, want the index digest %s", m[1], m[2], img.Digest)
+		return fmt.Errorf("ctr imported %s as %s, want the index digest %s", m[1], m[2], img.Digest)
 	}
-	if _, err := s.containerd.ctr("images", "tag", "--force", m[1], img.Ref()); err != nil {
-		t.Fatal(err)
-	}
+	_, err = s.containerd.ctr("images", "tag", "--force", m[1], img.Ref())
+	return err
 }
 
 // TestImage is `make image`'s must-show: run twice from the same tree it
@@ -198,11 +169,17 @@ func importImage(t *testing.T, s *suite, img image) {
 // through containerd's ctr run).
 func TestImage(t *testing.T) {
 	s := setup(t)
-	img := hotplugdImage(t, s)
+	img, err := hotplugdImage()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.RemoveAll(filepath.Join(repoRoot, "bin", "image")); err != nil {
 		t.Fatal(err)
 	}
-	second, took := makeImage(t)
+	second, took, err := makeImage()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if second != img.Digest {
 		t.Errorf("make image twice: %s, then %s: not reproducible", img.Digest, second)
 	}

@@ -152,7 +152,10 @@ func checkUntouched(t *testing.T, s *suite, before, after podState, cpuset bool)
 func TestPinnedPod(t *testing.T) {
 	s := setup(t)
 	m := acquireMachine(t)
-	img := testImages(t, s)
+	img, err := workloadImage()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := s.api.StartControllers(); err != nil {
 		t.Fatal(err)
 	}
