@@ -268,6 +268,12 @@ func (m *Remedier) Run(ctx context.Context) error {
 		var timerC <-chan time.Time
 		if !plan.At.IsZero() {
 			d := plan.At.Sub(m.clock.Now())
+			if d <= 0 {
+				// The time came between deciding and now: decide
+				// again rather than arm a timer that is already due
+				// (a fake clock would fire it only on its next step).
+				continue
+			}
 			if timer == nil {
 				timer = m.clock.NewTimer(d)
 			} else {
