@@ -31,6 +31,7 @@ import (
 
 	"github.com/hotplugd/hotplugd/internal/hacktool"
 	"github.com/hotplugd/hotplugd/internal/kubeapitest"
+	"github.com/hotplugd/hotplugd/internal/testimage"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 )
 
@@ -518,11 +519,15 @@ func TestDaemonSet(t *testing.T) {
 	})
 
 	t.Run("rollout", func(t *testing.T) {
-		bin, err := goBuild(s, "./cmd/hotplugd", "hotplugd-rollout/hotplugd", "-s -w -X main.version=e2e-rollout")
+		bin, err := testimage.GoBuild(repoRoot, filepath.Join(s.dir, "images"), "./cmd/hotplugd", "hotplugd-rollout/hotplugd", "-s -w -X main.version=e2e-rollout")
 		if err != nil {
 			t.Fatal(err)
 		}
-		next, err := buildImage(s, bin, name+":e2e-rollout")
+		tool, err := imageTool()
+		var next image
+		if err == nil {
+			next, err = testimage.Build(tool, bin, name+":e2e-rollout")
+		}
 		if err == nil {
 			err = importImage(s, next)
 		}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/hotplugd/hotplugd/internal/testimage"
 )
 
 // containerd is Debian's containerd on a private socket: its root, state,
@@ -135,7 +137,7 @@ func startContainerd(dir string) (*containerd, error) {
 }
 
 // pauseImage is the pod sandbox image (test/e2e/images/pause).
-const pauseImage = "hotplugd.test/pause:e2e"
+const pauseImage = testimage.PauseName
 
 // cniConfig is the runtime's one network: loopback only (see containerd).
 const cniConfig = `{

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hotplugd/hotplugd/internal/testimage"
 )
 
 // repoRoot is the repository (the tests run in test/e2e).
@@ -21,20 +23,8 @@ const repoRoot = "../.."
 // imageName is the name deploy/kubernetes gives hotplugd's image.
 const imageName = "ghcr.io/hotplugd/hotplugd"
 
-// digestLine is how `make image` and the image tool end their output.
-var digestLine = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-
 // image is an OCI archive and the digest of its index.
-type image struct {
-	Archive string
-	Digest  string
-	// Name is the image's name in containerd once imported, without tag
-	// or digest.
-	Name string
-}
-
-// Ref is the image by digest, as the kustomization pins it.
-func (i image) Ref() string { return i.Name + "@" + i.Digest }
+type image = testimage.Image
 
 // makeImage runs `make image` in the repository and returns the digest it
 // prints last, and how long it took.
@@ -47,7 +37,7 @@ func makeImage() (string, time.Duration, error) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	last := strings.TrimSpace(lines[len(lines)-1])
-	if !digestLine.MatchString(last) {
+	if !testimage.DigestLine.MatchString(last) {
 		return "", took, fmt.Errorf("make image did not end with the index digest; its output:\n%s", out)
 	}
 	return last, took, nil
@@ -71,77 +61,30 @@ var (
 	// sandbox image of the suite's containerd) is built and imported with
 	// it.
 	workloadImage = sync.OnceValues(func() (image, error) {
-		if _, err := testImage("pause", pauseImage); err != nil {
+		if _, err := testImage("pause", testimage.PauseName); err != nil {
 			return image{}, err
 		}
-		return testImage("workload", "hotplugd.test/workload:e2e")
+		return testImage("workload", testimage.WorkloadName)
 	})
 	// imageTool is hack/image (the tool behind `make image`), built into
 	// the run's directory.
 	imageTool = sync.OnceValues(func() (string, error) {
-		p := filepath.Join(env.dir, "image-tool")
-		cmd := exec.Command("go", "build", "-o", p, ".")
-		cmd.Dir = filepath.Join(repoRoot, "hack", "image")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("building hack/image: %v\n%s", err, out)
-		}
-		return p, nil
+		return testimage.Tool(repoRoot, env.dir)
 	})
 )
 
 // testImage builds test/e2e/images/<pkg> into the image name and imports
 // it.
 func testImage(pkg, name string) (image, error) {
-	bin, err := goBuild(env, "./test/e2e/images/"+pkg, pkg, "-s -w")
-	if err != nil {
-		return image{}, err
-	}
-	img, err := buildImage(env, bin, name)
-	if err != nil {
-		return image{}, err
-	}
-	return img, importImage(env, img)
-}
-
-// buildImage builds a one-platform (linux/amd64) image holding the static
-// binary at /<base name of binary>, its entrypoint, named name, beside the
-// binary.
-func buildImage(s *suite, binary, name string) (image, error) {
 	tool, err := imageTool()
 	if err != nil {
 		return image{}, err
 	}
-	base := filepath.Base(binary)
-	archive := filepath.Join(filepath.Dir(binary), base+".oci.tar")
-	cmd := exec.Command(tool, "build",
-		"--platform", "linux/amd64="+binary, "--path", "/"+base, "--entrypoint", "/"+base,
-		"--epoch", "0", "--name", name, "--out", archive)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	img, err := testimage.Package(repoRoot, env.dir, tool, pkg, name)
 	if err != nil {
-		return image{}, fmt.Errorf("building image %s: %v\n%s%s", name, err, out, stderr.Bytes())
+		return image{}, err
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	digest := strings.TrimSpace(lines[len(lines)-1])
-	if !digestLine.MatchString(digest) {
-		return image{}, fmt.Errorf("the image tool did not end with a digest:\n%s", out)
-	}
-	repo, _, _ := strings.Cut(name, ":")
-	return image{Archive: archive, Digest: digest, Name: repo}, nil
-}
-
-// goBuild builds a static binary of the package at pkg (relative to the
-// repository) into the run's directory, with ldflags.
-func goBuild(s *suite, pkg, out, ldflags string) (string, error) {
-	p := filepath.Join(s.dir, "images", out, filepath.Base(out))
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags, "-o", p, pkg)
-	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-	}
-	return p, nil
+	return img, importImage(env, img)
 }
 
 // importImage imports the archive into the suite's containerd, in the
@@ -152,15 +95,14 @@ func importImage(s *suite, img image) error {
 	if err != nil {
 		return err
 	}
-	// "unpacking ghcr.io/hotplugd/hotplugd:v1 (sha256:...)...done"
-	m := regexp.MustCompile(`unpacking (\S+) \((sha256:[0-9a-f]{64})\)`).FindStringSubmatch(string(out))
-	if m == nil {
+	name, digest, ok := testimage.ImportedAs(out)
+	if !ok {
 		return fmt.Errorf("ctr images import %s: no image named in its output:\n%s", img.Archive, out)
 	}
-	if m[2] != img.Digest {
-		return fmt.Errorf("ctr imported %s as %s, want the index digest %s", m[1], m[2], img.Digest)
+	if digest != img.Digest {
+		return fmt.Errorf("ctr imported %s as %s, want the index digest %s", name, digest, img.Digest)
 	}
-	_, err = s.containerd.ctr("images", "tag", "--force", m[1], img.Ref())
+	_, err = s.containerd.ctr("images", "tag", "--force", name, img.Ref())
 	return err
 }
 

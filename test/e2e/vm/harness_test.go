@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/hotplugd/hotplugd/internal/daemontest"
+	"github.com/hotplugd/hotplugd/internal/qemutest"
 )
 
 // Serial console line prefixes written by guestinit.
@@ -166,7 +167,7 @@ func (e logEntry) duration(key string) time.Duration {
 type vm struct {
 	t     *testing.T
 	cmd   *exec.Cmd
-	qmp   *qmp
+	qmp   *qemutest.QMP
 	stdin io.WriteCloser
 	start time.Time // QEMU started
 	boot  time.Duration
@@ -239,10 +240,10 @@ func boot(t *testing.T, args ...string) *vm {
 	running.mu.Unlock()
 	t.Cleanup(v.kill)
 	go v.readConsole(stdout)
-	if v.qmp, err = dialQMP(sock, 10*time.Second); err != nil {
+	if v.qmp, err = qemutest.Dial(sock, 10*time.Second); err != nil {
 		t.Fatalf("%v\n%s", err, v.dump())
 	}
-	t.Cleanup(v.qmp.close)
+	t.Cleanup(v.qmp.Close)
 	v.first = v.waitLog(0, bootTimeout, func(e logEntry) bool { return e.Msg == "topology" })
 	v.boot = v.first.Time.Sub(v.start)
 	t.Logf("booted: QEMU start to hotplugd's first snapshot %v (%s)", v.boot.Round(time.Millisecond), v.first.RawLine)

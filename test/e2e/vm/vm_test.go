@@ -3,11 +3,12 @@
 package vm
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hotplugd/hotplugd/internal/qemutest"
 )
 
 const (
@@ -39,10 +40,7 @@ func TestMemoryHotplug(t *testing.T) {
 
 	// Plug.
 	mark := v.mark()
-	if _, err := v.qmp.execute("object-add", map[string]any{"qom-type": "memory-backend-ram", "id": "mem1", "size": gib}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := v.qmp.execute("device_add", map[string]any{"driver": "pc-dimm", "id": "dimm1", "memdev": "mem1"}); err != nil {
+	if err := v.qmp.PlugDIMM("dimm1", gib); err != nil {
 		t.Fatal(err)
 	}
 	added := time.Now()
@@ -76,12 +74,12 @@ func TestMemoryHotplug(t *testing.T) {
 	// Unplug: the guest offlines and removes the blocks; QEMU reports
 	// DEVICE_DELETED once the guest has ejected the DIMM.
 	markRemove := v.mark()
-	qmpMark := v.qmp.mark()
-	if _, err := v.qmp.execute("device_del", map[string]any{"id": "dimm1"}); err != nil {
+	qmpMark := v.qmp.Mark()
+	if _, err := v.qmp.Execute("device_del", map[string]any{"id": "dimm1"}); err != nil {
 		t.Fatal(err)
 	}
 	removed := time.Now()
-	if _, err := v.qmp.waitEvent(qmpMark, eventTimeout, func(e qmpEvent) bool {
+	if _, err := v.qmp.WaitEvent(qmpMark, eventTimeout, func(e qemutest.Event) bool {
 		return e.Name == "DEVICE_DELETED" && e.Data["device"] == "dimm1"
 	}); err != nil {
 		t.Fatalf("%v; console:\n%s", err, v.dump())
@@ -124,7 +122,9 @@ func TestMemoryHotplug(t *testing.T) {
 func TestCPUHotAddStaysOffline(t *testing.T) {
 	v := boot(t)
 	mark := v.mark()
-	plugCPU(t, v, "cpu1")
+	if err := v.qmp.PlugCPU("cpu1"); err != nil {
+		t.Fatal(err)
+	}
 	added := time.Now()
 	// hotplugd saw the uevents (add, bind) and found nothing to report.
 	e := v.waitLog(mark, eventTimeout, noChange)
@@ -170,7 +170,9 @@ func TestCPUHotplugOnlineNewCPUs(t *testing.T) {
 	plug := func(id string) {
 		t.Helper()
 		mark := v.mark()
-		plugCPU(t, v, id)
+		if err := v.qmp.PlugCPU(id); err != nil {
+			t.Fatal(err)
+		}
 		added := time.Now()
 		e := v.waitLog(mark, eventTimeout, changed("cpu"))
 		latency := e.Time.Sub(added)
@@ -197,7 +199,9 @@ func TestCPUHotplugOnlineNewCPUs(t *testing.T) {
 	markAdd := v.mark()
 	plug("cpu1")
 	markRemove := v.mark()
-	unplugCPU(t, v, "cpu1")
+	if err := v.qmp.UnplugCPU("cpu1", eventTimeout); err != nil {
+		t.Fatalf("%v; console:\n%s", err, v.dump())
+	}
 	removed := time.Now()
 	e := v.waitLog(markRemove, eventTimeout, changed("cpu"))
 	removeLatency := e.Time.Sub(removed)
@@ -221,57 +225,6 @@ func TestCPUHotplugOnlineNewCPUs(t *testing.T) {
 		t.Errorf("hotplugd onlined %d CPUs, want 2", n)
 	}
 	report(t, "cpu (--online-new-cpus)", v, append(latencies, removeLatency)...)
-}
-
-// hotpluggableCPU is an entry of query-hotpluggable-cpus.
-type hotpluggableCPU struct {
-	Type     string         `json:"type"`
-	Props    map[string]any `json:"props"`
-	QOMPath  string         `json:"qom-path"`
-	VCPUsCnt int            `json:"vcpus-count"`
-}
-
-// plugCPU adds a CPU in the first free slot QEMU offers.
-func plugCPU(t *testing.T, v *vm, id string) {
-	t.Helper()
-	raw, err := v.qmp.execute("query-hotpluggable-cpus", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cpus []hotpluggableCPU
-	if err := json.Unmarshal(raw, &cpus); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cpus {
-		if c.QOMPath != "" {
-			continue // plugged
-		}
-		args := map[string]any{"driver": c.Type, "id": id}
-		for k, v := range c.Props {
-			args[k] = v
-		}
-		if _, err := v.qmp.execute("device_add", args); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	t.Fatalf("no free CPU slot in %s", raw)
-}
-
-// unplugCPU asks the guest to eject a CPU; QEMU's DEVICE_DELETED names only
-// its lapic (…/<id>/lapic) once the guest has removed it.
-func unplugCPU(t *testing.T, v *vm, id string) {
-	t.Helper()
-	mark := v.qmp.mark()
-	if _, err := v.qmp.execute("device_del", map[string]any{"id": id}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := v.qmp.waitEvent(mark, eventTimeout, func(e qmpEvent) bool {
-		p, _ := e.Data["path"].(string)
-		return e.Name == "DEVICE_DELETED" && (e.Data["device"] == id || strings.Contains(p, "/"+id+"/"))
-	}); err != nil {
-		t.Fatalf("%v; console:\n%s", err, v.dump())
-	}
 }
 
 func logsBetween(v *vm, from, to int, match func(logEntry) bool) []logEntry {

@@ -1,6 +1,4 @@
-//go:build e2e
-
-package vm
+package qemutest
 
 import (
 	"encoding/json"
@@ -11,23 +9,23 @@ import (
 	"time"
 )
 
-// qmp is a client of QEMU's machine protocol (docs/interop/qmp-spec.rst):
+// QMP is a client of QEMU's machine protocol (docs/interop/qmp-spec.rst):
 // JSON objects over a unix socket, one command at a time, and
 // asynchronous events in between.
-type qmp struct {
+type QMP struct {
 	conn    net.Conn
 	enc     *json.Encoder
 	cmdMu   sync.Mutex // one command in flight
-	replies chan qmpMessage
+	replies chan message
 
 	mu     sync.Mutex
 	cond   *sync.Cond
-	events []qmpEvent
+	events []Event
 	err    error // the connection's end
 }
 
-// qmpMessage is anything QEMU sends: a greeting, a reply or an event.
-type qmpMessage struct {
+// message is anything QEMU sends: a greeting, a reply or an event.
+type message struct {
 	QMP    json.RawMessage `json:"QMP"`
 	Return json.RawMessage `json:"return"`
 	Error  *struct {
@@ -38,16 +36,16 @@ type qmpMessage struct {
 	Data  map[string]any `json:"data"`
 }
 
-// qmpEvent is an event with the time the test received it.
-type qmpEvent struct {
+// Event is an event with the time the test received it.
+type Event struct {
 	Name     string
 	Data     map[string]any
 	Received time.Time
 }
 
-// dialQMP connects to QEMU's QMP socket, waiting up to timeout for QEMU to
+// Dial connects to QEMU's QMP socket, waiting up to timeout for QEMU to
 // create it, and leaves capabilities negotiation mode.
-func dialQMP(path string, timeout time.Duration) (*qmp, error) {
+func Dial(path string, timeout time.Duration) (*QMP, error) {
 	deadline := time.Now().Add(timeout)
 	var conn net.Conn
 	for {
@@ -60,10 +58,10 @@ func dialQMP(path string, timeout time.Duration) (*qmp, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	q := &qmp{conn: conn, enc: json.NewEncoder(conn), replies: make(chan qmpMessage, 1)}
+	q := &QMP{conn: conn, enc: json.NewEncoder(conn), replies: make(chan message, 1)}
 	q.cond = sync.NewCond(&q.mu)
 	dec := json.NewDecoder(conn)
-	var greeting qmpMessage
+	var greeting message
 	conn.SetReadDeadline(deadline)
 	if err := dec.Decode(&greeting); err != nil || greeting.QMP == nil {
 		conn.Close()
@@ -71,16 +69,16 @@ func dialQMP(path string, timeout time.Duration) (*qmp, error) {
 	}
 	conn.SetReadDeadline(time.Time{})
 	go q.read(dec)
-	if _, err := q.execute("qmp_capabilities", nil); err != nil {
+	if _, err := q.Execute("qmp_capabilities", nil); err != nil {
 		conn.Close()
 		return nil, err
 	}
 	return q, nil
 }
 
-func (q *qmp) read(dec *json.Decoder) {
+func (q *QMP) read(dec *json.Decoder) {
 	for {
-		var m qmpMessage
+		var m message
 		if err := dec.Decode(&m); err != nil {
 			q.mu.Lock()
 			q.err = fmt.Errorf("qmp: connection closed: %w", err)
@@ -91,7 +89,7 @@ func (q *qmp) read(dec *json.Decoder) {
 		}
 		if m.Event != "" {
 			q.mu.Lock()
-			q.events = append(q.events, qmpEvent{Name: m.Event, Data: m.Data, Received: time.Now()})
+			q.events = append(q.events, Event{Name: m.Event, Data: m.Data, Received: time.Now()})
 			q.cond.Broadcast()
 			q.mu.Unlock()
 			continue
@@ -100,8 +98,8 @@ func (q *qmp) read(dec *json.Decoder) {
 	}
 }
 
-// execute runs a command and returns its "return" value.
-func (q *qmp) execute(command string, args any) (json.RawMessage, error) {
+// Execute runs a command and returns its "return" value.
+func (q *QMP) Execute(command string, args any) (json.RawMessage, error) {
 	q.cmdMu.Lock()
 	defer q.cmdMu.Unlock()
 	req := map[string]any{"execute": command}
@@ -125,9 +123,9 @@ func (q *qmp) execute(command string, args any) (json.RawMessage, error) {
 	}
 }
 
-// waitEvent waits for an event received from the index from on (see
-// mark) that match accepts.
-func (q *qmp) waitEvent(from int, timeout time.Duration, match func(qmpEvent) bool) (qmpEvent, error) {
+// WaitEvent waits for an event received from the index from on (see
+// Mark) that match accepts.
+func (q *QMP) WaitEvent(from int, timeout time.Duration, match func(Event) bool) (Event, error) {
 	timer := time.AfterFunc(timeout, func() {
 		q.mu.Lock()
 		q.cond.Broadcast()
@@ -144,20 +142,21 @@ func (q *qmp) waitEvent(from int, timeout time.Duration, match func(qmpEvent) bo
 			}
 		}
 		if q.err != nil {
-			return qmpEvent{}, q.err
+			return Event{}, q.err
 		}
 		if time.Now().After(deadline) {
-			return qmpEvent{}, errors.New("qmp: no such event within " + timeout.String())
+			return Event{}, errors.New("qmp: no such event within " + timeout.String())
 		}
 		q.cond.Wait()
 	}
 }
 
-// mark is the number of events received so far.
-func (q *qmp) mark() int {
+// Mark is the number of events received so far.
+func (q *QMP) Mark() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.events)
 }
 
-func (q *qmp) close() { q.conn.Close() }
+// Close closes the connection.
+func (q *QMP) Close() { q.conn.Close() }
