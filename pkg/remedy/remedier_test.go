@@ -396,9 +396,12 @@ func TestVerificationFailureRollsBackAndIsRateLimited(t *testing.T) {
 	r.clock.Step(time.Hour)
 	r.attempts(1)
 	// A new prediction (the machine changed again) is tried once more,
-	// after the rate limit.
-	r.node.setPrediction(nodepatch.Prediction{Capacity: v1.ResourceList{v1.ResourceCPU: resource.MustParse("15")}})
+	// after the rate limit. The machine's event comes first, as in the
+	// daemon (a uevent, then the re-read that predicts anew): the other
+	// way round, the remedier could decide on the new prediction before
+	// the event and restart at once, without waiting on the clock.
 	r.m.Activity(r.clock.Now())
+	r.node.setPrediction(nodepatch.Prediction{Capacity: v1.ResourceList{v1.ResourceCPU: resource.MustParse("15")}})
 	r.advance(3 * time.Second)
 	r.attempts(2)
 }
