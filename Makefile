@@ -15,7 +15,7 @@ KUBEBIN_ENV    = HOTPLUGD_KUBEBIN="$$(hack/kubebin.sh)"
 # Flags for `make run`, e.g. make run ARGS="-o json".
 ARGS          ?=
 
-.PHONY: all build test unit compat e2e lint fmt bench run snapshot clean kubebin deps
+.PHONY: all build test unit compat e2e e2e-node node-image lint fmt bench run snapshot clean kubebin deps
 
 all: build
 
@@ -38,10 +38,23 @@ test: deps
 test: lint unit compat monitoring e2e
 
 ## e2e: end to end, as root, one package at a time (timings): hotplug in a nested QEMU VM (assets fetched once by
-## hack/vm-assets.sh) and a real kubelet with containerd on this machine
-e2e: deps kubebin
+## hack/vm-assets.sh), a real kubelet with containerd on this machine, and a systemd node VM (test/e2e/node, its
+## disk image built once by hack/node-image.sh)
+e2e: deps kubebin node-image
+	$(E2E_ENV) $(GO) test -tags e2e -count=1 -p 1 -v -timeout 60m ./test/e2e/...
+
+## e2e-node: as root, only the systemd node VM: the five incidents on a Debian node with systemd, containerd and
+## a kubeadm-laid-out kubelet, hotplugd installed as this README says
+e2e-node: deps kubebin node-image
+	$(E2E_ENV) $(GO) test -tags e2e -count=1 -v -timeout 40m ./test/e2e/node/
+
+## node-image: fetch QEMU and the kernel (hack/vm-assets.sh) and build the node VM's disk image
+## (hack/node-image.sh), each once per machine and cached under ~/.cache/hotplugd/vm
+node-image:
 	@hack/vm-assets.sh >/dev/null
-	$(KUBEBIN_ENV) HOTPLUGD_VM_ASSETS="$$(hack/vm-assets.sh)" $(GO) test -tags e2e -count=1 -p 1 -v -timeout 45m ./test/e2e/...
+	@$(KUBEBIN_ENV) hack/node-image.sh >/dev/null
+
+E2E_ENV = $(KUBEBIN_ENV) HOTPLUGD_VM_ASSETS="$$(hack/vm-assets.sh)" HOTPLUGD_NODE_IMAGE="$$($(KUBEBIN_ENV) hack/node-image.sh --check)"
 
 ## deps: install the Debian packages the tests need (containerd, runc, systemd, dbus, gcc), as root; nothing when present
 deps:

@@ -1,0 +1,214 @@
+//go:build e2e
+
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hotplugd/hotplugd/internal/kubeapitest"
+)
+
+// nodeName is the guest's host name (test/e2e/node/image/etc/hostname),
+// the name its kubelet and hotplugd give the Node.
+const nodeName = "hotplugd-node"
+
+// cluster is the API server on the host, started once on first use and
+// stopped by cleanup.
+var cluster struct {
+	mu  sync.Mutex
+	api *kubeapitest.Server
+	err error
+}
+
+// api returns the running API server, starting it on first use.
+func api(t *testing.T) *kubeapitest.Server {
+	t.Helper()
+	cluster.mu.Lock()
+	defer cluster.mu.Unlock()
+	if cluster.api == nil && cluster.err == nil {
+		start := time.Now()
+		cluster.api, cluster.err = kubeapitest.Start(kubeapitest.Options{})
+		if cluster.err == nil {
+			t.Logf("API server %s up in %v", cluster.api.URL, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	if cluster.err != nil {
+		t.Fatalf("API server: %v", cluster.err)
+	}
+	return cluster.api
+}
+
+func stopCluster() {
+	cluster.mu.Lock()
+	defer cluster.mu.Unlock()
+	if cluster.api != nil {
+		cluster.api.Stop()
+		cluster.api = nil
+	}
+}
+
+// clusterPort is the API server's port on the host's 127.0.0.1.
+func clusterPort(t *testing.T) int {
+	t.Helper()
+	u, err := url.Parse(api(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// guestKubeconfig is /etc/kubernetes/kubelet.conf of the guest: the API
+// server through the guest's forward, its certificate checked for the name
+// it has (localhost), the admin token.
+func guestKubeconfig(t *testing.T) []byte {
+	t.Helper()
+	s := api(t)
+	ca, err := os.ReadFile(s.CACertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "e2e"
+	cfg := clientcmdv1.Config{
+		Kind: "Config", APIVersion: "v1",
+		Clusters: []clientcmdv1.NamedCluster{{Name: name, Cluster: clientcmdv1.Cluster{
+			Server: "https://" + apiServerAddr, CertificateAuthorityData: ca, TLSServerName: "localhost",
+		}}},
+		AuthInfos:      []clientcmdv1.NamedAuthInfo{{Name: name, AuthInfo: clientcmdv1.AuthInfo{Token: s.AdminToken}}},
+		Contexts:       []clientcmdv1.NamedContext{{Name: name, Context: clientcmdv1.Context{Cluster: name, AuthInfo: name}}},
+		CurrentContext: name,
+	}
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// kubeletConfig is /var/lib/kubelet/config.yaml, as kubeadm would write it
+// for a node with the static CPU manager, CPU 0 reserved for the system.
+// The kubelet's API (10250, forwarded to the host) answers without
+// authentication, for the summary API.
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+cgroupDriver: systemd
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+staticPodPath: /etc/kubernetes/manifests
+cpuManagerPolicy: static
+reservedSystemCPUs: "0"
+nodeStatusUpdateFrequency: 2s
+nodeStatusReportFrequency: 2s
+`
+
+// kubeadmFlags is /var/lib/kubelet/kubeadm-flags.env, kubeadm's per-node
+// flags.
+const kubeadmFlags = `KUBELET_KUBEADM_ARGS="--node-ip=10.0.2.15"
+`
+
+// getNode reads the Node; nil when it does not exist (yet).
+func getNode(t *testing.T) *v1.Node {
+	t.Helper()
+	n, err := api(t).Client().CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitNode polls the Node every 100 ms until ok accepts it and returns the
+// time since from; it fails the test after timeout, with what the Node
+// showed last and why.
+func waitNode(t *testing.T, from time.Time, timeout time.Duration, what string, ok func(*v1.Node) bool) time.Duration {
+	t.Helper()
+	var last *v1.Node
+	if waitFor(timeout, 100*time.Millisecond, func() bool {
+		last = getNode(t)
+		return last != nil && ok(last)
+	}) {
+		return time.Since(from)
+	}
+	t.Fatalf("the Node did not show %s within %v; last capacity %v", what, timeout, capacityOf(last))
+	return 0
+}
+
+// holdsFor checks that the Node keeps satisfying ok for d (polling every
+// 500 ms); false with the Node that did not.
+func holdsFor(t *testing.T, d time.Duration, ok func(*v1.Node) bool) (*v1.Node, bool) {
+	t.Helper()
+	var bad *v1.Node
+	waitFor(d, 500*time.Millisecond, func() bool {
+		if n := getNode(t); n != nil && !ok(n) {
+			bad = n
+			return true
+		}
+		return false
+	})
+	return bad, bad == nil
+}
+
+func capacityOf(n *v1.Node) string {
+	if n == nil {
+		return "(no Node)"
+	}
+	return fmt.Sprintf("capacity %s, allocatable %s", resources(n.Status.Capacity), resources(n.Status.Allocatable))
+}
+
+func resources(l v1.ResourceList) string {
+	return fmt.Sprintf("cpu=%s memory=%s hugepages-2Mi=%s", l.Cpu(), l.Memory(), qty(l, "hugepages-2Mi"))
+}
+
+func qty(l v1.ResourceList, name v1.ResourceName) *resource.Quantity {
+	q, ok := l[name]
+	if !ok {
+		return resource.NewQuantity(0, resource.BinarySI)
+	}
+	return &q
+}
+
+// pinnedPod is a Guaranteed pod with one exclusive CPU, bound to the node
+// (no scheduler runs), with hostNetwork (the node runs no CNI plugin).
+func pinnedPod(image string) *v1.Pod {
+	res := v1.ResourceList{v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("64Mi")}
+	grace := int64(5)
+	no := false
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "pinned", Namespace: "default"},
+		Spec: v1.PodSpec{
+			NodeName:                      nodeName,
+			HostNetwork:                   true,
+			TerminationGracePeriodSeconds: &grace,
+			AutomountServiceAccountToken:  &no,
+			Containers: []v1.Container{{
+				Name: "work", Image: image, ImagePullPolicy: v1.PullNever,
+				Resources: v1.ResourceRequirements{Requests: res, Limits: res},
+			}},
+		},
+	}
+}

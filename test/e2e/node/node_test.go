@@ -1,0 +1,427 @@
+//go:build e2e
+
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+const (
+	gib = int64(1) << 30
+	// watch is how long a kubelet alone is watched not following a change:
+	// several of its node status updates (nodeStatusUpdateFrequency 2s).
+	watch = 12 * time.Second
+	// evictionHard is the kubelet's default memory.available threshold,
+	// the only memory reservation of the test's configuration.
+	evictionHard = 100 << 20
+)
+
+// guestHotplugdArgs are HOTPLUGD_ARGS in the guest's /etc/default/hotplugd:
+// the kubelet's kubeconfig, the remedy through systemd, and a remedy
+// interval short enough for two restarts in one scenario (default 10m).
+const guestHotplugdArgs = "--kubeconfig=/etc/kubernetes/kubelet.conf --remedy=restart-kubelet --remedy-interval=10s"
+
+// hugepagesUnit is the seeds' boot script as a unit (its "risk point"):
+// 2Mi hugepages set per NUMA node once the kubelet runs. It waits for the
+// kubelet's healthz, so that the kubelet has read the machine before.
+const hugepagesUnit = `[Unit]
+Description=2Mi hugepages per NUMA node, set after the kubelet (the seeds' boot script)
+After=kubelet.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+TimeoutStartSec=10min
+ExecStartPre=/bin/bash -c 'until (exec 3<>/dev/tcp/127.0.0.1/10248 && printf "GET /healthz HTTP/1.0\r\n\r\n" >&3 && grep -q "^ok" <&3); do sleep 1; done'
+ExecStart=/bin/sh -c 'echo 32 > /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages'
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// cpuStateError is the kubelet's own refusal of a state file whose CPUs are
+// not the machine's (cpumanager's policy_static.go, validateState).
+var cpuStateError = regexp.MustCompile(`current set of available CPUs "[^"]*" doesn't match with CPUs in state "[^"]*"`)
+
+// on returns v with t as the test its failures go to.
+func (v *vm) on(t *testing.T) *vm {
+	c := *v
+	c.t = t
+	return &c
+}
+
+func memoryIs(capacity int64) func(*v1.Node) bool {
+	return func(n *v1.Node) bool {
+		return n.Status.Capacity.Memory().Value() == capacity &&
+			n.Status.Allocatable.Memory().Value() == capacity-evictionHard
+	}
+}
+
+func cpusAre(c int64) func(*v1.Node) bool {
+	return func(n *v1.Node) bool { return n.Status.Capacity.Cpu().Value() == c }
+}
+
+func hugepagesAre(b int64) func(*v1.Node) bool {
+	return func(n *v1.Node) bool {
+		return qty(n.Status.Capacity, "hugepages-2Mi").Value() == b && qty(n.Status.Allocatable, "hugepages-2Mi").Value() == b
+	}
+}
+
+// TestNode runs the five scenarios on one node VM, as a node lives: boots
+// on the same disk, each scenario first with the kubelet alone, then with
+// hotplugd installed as the README says.
+func TestNode(t *testing.T) {
+	a := findAssets(t)
+	api(t)
+	builds := buildForGuest(t)
+	n := newNode(t, a)
+
+	// Boot 1, 2 CPUs: join, the pinned pod, hotplugd installed.
+	v := n.boot(t, 2)
+	v.importImages(builds.pause, builds.workload)
+	t.Logf("kubelet enabled -> Node Ready: %v", v.join().Round(time.Millisecond))
+	pinned := v.runPinned(builds.workload.Ref())
+	t.Logf("pinned pod: %s", pinned)
+	if pinned.Assigned != "1" || pinned.Cpuset != "1" {
+		t.Fatalf("pinned pod %s, want CPU 1 (CPU 0 is reserved)", pinned)
+	}
+	v.installHotplugd(builds.hotplugd)
+	v.setHotplugdArgs(guestHotplugdArgs)
+	v.run("systemctl", "restart", "hotplugd")
+
+	var fields string
+	t.Run("1 memory hot-add", func(t *testing.T) { fields = memoryHotAdd(t, v.on(t)) })
+	t.Run("5 systemd", func(t *testing.T) { systemdIntegration(t, v.on(t), fields) })
+
+	// Boots 2 and 3, 2 CPUs: hugepages set after the kubelet.
+	v.put("/etc/systemd/system/e2e-hugepages.service", []byte(hugepagesUnit), 0o644)
+	v.run("systemctl", "enable", "e2e-hugepages.service")
+	v.hotplugdOff()
+	v.powerOff()
+	t.Run("4 hugepages at boot", func(t *testing.T) { hugepagesAtBoot(t, n) })
+
+	// Boots 4 and 5, 3 CPUs: the CPU upgrade; then CPU hot-add.
+	t.Run("3 CPU upgrade reboot", func(t *testing.T) {
+		v = cpuUpgrade(t, n, pinned)
+	})
+	if v.cpus != 3 {
+		t.Fatal("no node VM after the CPU upgrade")
+	}
+	t.Run("2 CPU hot-add", func(t *testing.T) { cpuHotAdd(t, v.on(t)) })
+}
+
+// memoryHotAdd is scenario 1, the seeds' incident: a DIMM added while the
+// kubelet runs. It returns hotplugd's journal entries of the change.
+func memoryHotAdd(t *testing.T, v *vm) string {
+	v.run("systemctl", "stop", "hotplugd")
+	mt0 := v.memTotal()
+	node := getNode(t)
+	if got := node.Status.Capacity.Memory().Value(); got != mt0 {
+		t.Errorf("the Node's memory capacity %d, the guest's MemTotal %d", got, mt0)
+	}
+
+	// Alone.
+	cur := v.cursor()
+	if err := v.qmp.PlugDIMM("dimm1", gib); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(stepTimeout, 200*time.Millisecond, func() bool { return v.memTotal() == mt0+gib }) {
+		t.Fatalf("the guest's MemTotal is not %d + 1 GiB after the DIMM", mt0)
+	}
+	aloneSum := v.summary()
+	bad, held := holdsFor(t, watch, memoryIs(mt0))
+	note := fmt.Sprintf("summary API: availableBytes %d + workingSetBytes %d = %d (old MemTotal %d, new %d)",
+		*aloneSum.Node.Memory.AvailableBytes, *aloneSum.Node.Memory.WorkingSetBytes,
+		*aloneSum.Node.Memory.AvailableBytes+*aloneSum.Node.Memory.WorkingSetBytes, mt0, mt0+gib)
+	if !held {
+		t.Errorf("the kubelet alone changed the Node: %s", capacityOf(bad))
+	}
+	addResult(result{scenario: "1 memory hot-add", side: "kubelet alone", change: "1 GiB DIMM (QMP device_add)",
+		correct: fmt.Sprintf("never (%v watched)", watch), restarts: v.starts(cur), writes: -1, note: note})
+	// The operator's fix without hotplugd.
+	t0 := time.Now()
+	v.run("systemctl", "restart", "kubelet")
+	t.Logf("systemctl restart kubelet -> Node memory +1 GiB: %v", waitNode(t, t0, readyTimeout, "the DIMM", memoryIs(mt0+gib)).Round(time.Millisecond))
+
+	// With hotplugd.
+	v.run("systemctl", "start", "hotplugd")
+	if !waitFor(stepTimeout, 500*time.Millisecond, func() bool { return v.hotplugdMetric("hotplugd_node_writes_total") >= 0 }) {
+		t.Fatalf("hotplugd's metrics do not answer:\n%s", v.journal("hotplugd", 30))
+	}
+	w0 := v.hotplugdMetric("hotplugd_node_writes_total")
+	cur = v.cursor()
+	if err := v.qmp.PlugDIMM("dimm2", gib); err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	d := waitNode(t, t0, stepTimeout, "the second DIMM", memoryIs(mt0+2*gib))
+	sum := v.summary()
+	avail, ws := *sum.Node.Memory.AvailableBytes, *sum.Node.Memory.WorkingSetBytes
+	if int64(avail+ws) != mt0+2*gib {
+		t.Errorf("summary API: availableBytes %d + workingSetBytes %d = %d, want the new capacity %d", avail, ws, avail+ws, mt0+2*gib)
+	}
+	restarts := v.starts(cur)
+	if restarts != 1 {
+		t.Errorf("%d kubelet restarts, want 1:\n%s", restarts, v.journal("hotplugd", 30))
+	}
+	addResult(result{scenario: "1 memory hot-add", side: "hotplugd", change: "1 GiB DIMM (QMP device_add)", correct: seconds(d),
+		restarts: restarts, writes: v.hotplugdMetric("hotplugd_node_writes_total") - w0,
+		note: fmt.Sprintf("restart over D-Bus; summary API availableBytes %d + workingSetBytes %d = capacity %d; allocatable %s",
+			avail, ws, avail+ws, getNode(t).Status.Allocatable.Memory())})
+	return v.run("journalctl", "-u", "hotplugd", "--after-cursor", cur, "-o", "json", "--no-pager", "HOTPLUG_RESOURCE=memory").Stdout
+}
+
+// systemdIntegration is scenario 5: what an operator checks of the unit.
+func systemdIntegration(t *testing.T, v *vm, fields string) {
+	// The STATUS line.
+	status := v.exec("systemctl", "status", "hotplugd", "--no-pager").Stdout
+	statusLine := regexp.MustCompile(`Status: "capacity cpu=\d+ [^"]*memory=\d+Ki[^"]*"`).FindString(status)
+	if statusLine == "" {
+		t.Errorf("systemctl status hotplugd has no STATUS line with the capacity:\n%s", status)
+	}
+	// The journal fields of the memory change.
+	var entry map[string]any
+	for line := range strings.Lines(fields) {
+		var e map[string]any
+		if err := json.Unmarshal([]byte(line), &e); err == nil && e["HOTPLUG_NEW"] != nil {
+			entry = e
+		}
+	}
+	if entry == nil {
+		t.Errorf("journalctl -u hotplugd -o json HOTPLUG_RESOURCE=memory: no entry with HOTPLUG_NEW:\n%s", fields)
+	} else {
+		for _, f := range []string{"HOTPLUG_OLD", "HOTPLUG_NEW", "HOTPLUG_TRIGGER", "HOTPLUG_EVENTS", "HOTPLUG_LATENCY"} {
+			if entry[f] == nil {
+				t.Errorf("the journal entry of the memory change has no %s: %v", f, entry)
+			}
+		}
+	}
+	fieldsNote := fmt.Sprintf("memory %v -> %v, trigger %v, %v events", entry["HOTPLUG_OLD"], entry["HOTPLUG_NEW"], entry["HOTPLUG_TRIGGER"], entry["HOTPLUG_EVENTS"])
+	addResult(result{scenario: "5 systemd", side: "hotplugd", change: "systemctl status; journalctl -o json", correct: "-", writes: -1,
+		note: strings.TrimPrefix(statusLine, "Status: ") + "; " + fieldsNote})
+
+	// Reload: a re-read, same process.
+	pid := strings.TrimSpace(v.run("systemctl", "show", "-p", "MainPID", "--value", "hotplugd").Stdout)
+	r0 := v.hotplugdMetric("hotplugd_last_reconcile_timestamp_seconds")
+	cur := v.cursor()
+	t0 := time.Now()
+	v.run("systemctl", "reload", "hotplugd")
+	if !waitFor(stepTimeout, 200*time.Millisecond, func() bool { return v.hotplugdMetric("hotplugd_last_reconcile_timestamp_seconds") > r0 }) {
+		t.Errorf("no re-read after systemctl reload:\n%s", v.journal("hotplugd", 20))
+	}
+	reread := time.Since(t0)
+	if _, ok := v.waitLog("hotplugd", cur, 10*time.Second, regexp.MustCompile(`SIGHUP: re-reading the topology`)); !ok {
+		t.Errorf("no SIGHUP entry in the journal after systemctl reload")
+	}
+	if p := strings.TrimSpace(v.run("systemctl", "show", "-p", "MainPID", "--value", "hotplugd").Stdout); p != pid {
+		t.Errorf("systemctl reload restarted hotplugd: PID %s -> %s", pid, p)
+	}
+	addResult(result{scenario: "5 systemd", side: "hotplugd", change: "systemctl reload hotplugd", correct: seconds(reread), writes: -1,
+		note: "a re-read (hotplugd_last_reconcile_timestamp_seconds moved), same PID " + pid})
+
+	// The watchdog: a stopped hotplugd is killed and restarted.
+	cur = v.cursor()
+	t0 = time.Now()
+	v.run("kill", "-STOP", pid)
+	var newPID string
+	if !waitFor(3*time.Minute, time.Second, func() bool {
+		newPID = strings.TrimSpace(v.exec("systemctl", "show", "-p", "MainPID", "--value", "hotplugd").Stdout)
+		return newPID != pid && newPID != "0" && strings.TrimSpace(v.exec("systemctl", "is-active", "hotplugd").Stdout) == "active"
+	}) {
+		t.Fatalf("hotplugd (PID %s, stopped) not restarted within 3m:\n%s", pid, v.journal("hotplugd", 30))
+	}
+	restarted := time.Since(t0)
+	line, ok := v.waitLog("hotplugd", cur, 10*time.Second, regexp.MustCompile(`Watchdog timeout[^\n]*`))
+	if !ok {
+		t.Errorf("no watchdog timeout in the journal:\n%s", v.journal("hotplugd", 30))
+	}
+	addResult(result{scenario: "5 systemd", side: "hotplugd", change: "kill -STOP hotplugd (WatchdogSec=30s)", correct: seconds(restarted), writes: -1,
+		note: fmt.Sprintf("%q; PID %s -> %s, active again", line, pid, newPID)})
+
+	// The hardening lets it work: nothing denied.
+	denied := regexp.MustCompile(`(?i)operation not permitted|permission denied|read-only file system|bad system call`)
+	if m := denied.FindAllString(v.exec("journalctl", "-u", "hotplugd", "-b", "-o", "cat", "--no-pager").Stdout, -1); len(m) > 0 {
+		t.Errorf("hotplugd's journal has denials: %q", m)
+	}
+	if out := v.exec("journalctl", "-k", "-b", "-o", "cat", "--no-pager", "--grep", "type=1326|apparmor=\"DENIED\"").Stdout; strings.TrimSpace(out) != "" {
+		t.Errorf("the kernel logged denials: %s", out)
+	}
+	exposure := regexp.MustCompile(`Overall exposure level for hotplugd.service: [^\n]*`).FindString(v.exec("systemd-analyze", "security", "hotplugd.service", "--no-pager").Stdout)
+	addResult(result{scenario: "5 systemd", side: "hotplugd", change: "hardening (ProtectSystem=strict, system-call filter)", correct: "-", writes: -1,
+		note: "no denied call or path in the journal this boot; " + exposure})
+}
+
+// hugepagesAtBoot is scenario 4: hugepages set at boot by a unit ordered
+// after the kubelet. The node comes in with the unit enabled and hotplugd
+// off.
+func hugepagesAtBoot(t *testing.T, n *node) {
+	// Alone.
+	v := n.boot(t, 2)
+	v.waitReady(v.start)
+	if !waitFor(readyTimeout, time.Second, func() bool {
+		return strings.TrimSpace(v.exec("systemctl", "is-active", "e2e-hugepages").Stdout) == "active"
+	}) {
+		t.Fatalf("e2e-hugepages.service did not finish:\n%s", v.journal("e2e-hugepages", 20))
+	}
+	if got := strings.TrimSpace(v.cat("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages")); got != "32" {
+		t.Fatalf("nr_hugepages %s after the unit, want 32", got)
+	}
+	bad, held := holdsFor(t, watch, hugepagesAre(0))
+	if !held {
+		t.Errorf("the kubelet alone shows hugepages: %s", capacityOf(bad))
+	}
+	addResult(result{scenario: "4 hugepages at boot", side: "kubelet alone", change: "boot; a unit After=kubelet.service sets 32 x 2Mi",
+		correct: fmt.Sprintf("never (%v watched after the unit)", watch), restarts: v.startsThisBoot() - 1, writes: -1,
+		note: "hugepages-2Mi " + qty(getNode(t).Status.Capacity, "hugepages-2Mi").String()})
+	v.hotplugdOn()
+	v.powerOff()
+
+	// With hotplugd.
+	v = n.boot(t, 2)
+	d := waitNode(t, v.start, stepTimeout+readyTimeout, "64Mi of 2Mi hugepages", hugepagesAre(64<<20))
+	addResult(result{scenario: "4 hugepages at boot", side: "hotplugd", change: "boot; a unit After=kubelet.service sets 32 x 2Mi",
+		correct: seconds(d) + " (from QEMU's start)", restarts: v.startsThisBoot() - 1, writes: v.hotplugdMetric("hotplugd_node_writes_total"),
+		note: "hugepages-2Mi " + qty(getNode(t).Status.Capacity, "hugepages-2Mi").String() + "; " + remedyLine(v)})
+	v.run("systemctl", "disable", "e2e-hugepages.service")
+	v.hotplugdOff()
+	v.powerOff()
+}
+
+// remedyLine is hotplugd's last journal line about a remedy this boot.
+func remedyLine(v *vm) string {
+	out := v.exec("journalctl", "-u", "hotplugd", "-b", "-o", "cat", "--no-pager", "--grep", "remed").Stdout
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	l := lines[len(lines)-1]
+	if len(l) > 200 {
+		l = l[:200] + "..."
+	}
+	return l
+}
+
+// startsThisBoot counts the kubelet's starts this boot.
+func (v *vm) startsThisBoot() int {
+	v.t.Helper()
+	out := v.run("journalctl", "-b", "-o", "json", "--no-pager", "MESSAGE_ID="+unitStarted, "UNIT=kubelet.service").Stdout
+	return strings.Count(out, "\n")
+}
+
+// cpuUpgrade is scenario 3: the VM powered off and started with 3 CPUs
+// instead of 2, the pinned pod's assignment in the state file. It returns
+// the running VM of the boot with hotplugd.
+func cpuUpgrade(t *testing.T, n *node, before podState) *vm {
+	// Alone (hotplugd off since scenario 4).
+	v := n.boot(t, 3)
+	line, ok := v.waitLog("kubelet", "", readyTimeout, cpuStateError)
+	if !ok {
+		t.Fatalf("the kubelet alone did not fail with its CPU state error:\n%s", v.journal("kubelet", 40))
+	}
+	failed := time.Since(v.start)
+	nrestarts := strings.TrimSpace(v.run("systemctl", "show", "-p", "NRestarts", "--value", "kubelet").Stdout)
+	addResult(result{scenario: "3 CPU upgrade reboot", side: "kubelet alone", change: "power off, boot with 3 CPUs (was 2)",
+		correct: "never: the kubelet exits " + seconds(failed) + " after QEMU's start", restarts: v.startsThisBoot(), writes: -1,
+		note: fmt.Sprintf("%s; systemd restarts it every 10 s (NRestarts %s)", line, nrestarts)})
+	v.hotplugdOn()
+	v.powerOff()
+
+	// With hotplugd's preflight.
+	v = n.boot(t, 3)
+	d := waitNode(t, v.start, readyTimeout+stepTimeout, "3 CPUs", func(n *v1.Node) bool { return cpusAre(3)(n) && nodeReady(n, v.start) })
+	after := v.on(t).waitPinnedRunning()
+	if after.UID != before.UID || after.Assigned != "1" || after.Cpuset != "1" {
+		t.Errorf("pinned pod before %s, after %s: want the same pod on CPU 1", before, after)
+	}
+	pre := v.exec("journalctl", "-u", "kubelet", "-b", "-o", "cat", "--no-pager", "--grep", "preflight").Stdout
+	state := v.on(t).cpuState()
+	addResult(result{scenario: "3 CPU upgrade reboot", side: "hotplugd", change: "power off, boot with 3 CPUs (was 2)",
+		correct: seconds(d) + " (from QEMU's start)", restarts: v.startsThisBoot() - 1, writes: v.hotplugdMetric("hotplugd_node_writes_total"),
+		note: fmt.Sprintf("preflight in ExecStartPre: %s; defaultCpuSet %s; pinned: %s", firstLine(pre), state.DefaultCPUSet, after)})
+	return v
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	if len(l) > 160 {
+		l = l[:160] + "..."
+	}
+	return l
+}
+
+// cpuHotAdd is scenario 2: CPUs hot-added under the pinned pod, with the
+// static CPU manager.
+func cpuHotAdd(t *testing.T, v *vm) {
+	before := v.waitPinnedRunning()
+	// Alone.
+	v.run("systemctl", "stop", "hotplugd")
+	cur := v.cursor()
+	if err := v.qmp.PlugCPU("cpu3"); err != nil {
+		t.Fatal(err)
+	}
+	online := v.onlineCPU(3)
+	bad, held := holdsFor(t, watch, cpusAre(3))
+	if !held {
+		t.Errorf("the kubelet alone changed the Node: %s", capacityOf(bad))
+	}
+	addResult(result{scenario: "2 CPU hot-add", side: "kubelet alone", change: "CPU device_add (3 -> 4), " + online,
+		correct: fmt.Sprintf("never (%v watched)", watch), restarts: v.starts(cur), writes: -1,
+		note: "cpu_manager_state defaultCpuSet " + v.cpuState().DefaultCPUSet})
+
+	// hotplugd started on the stale node.
+	cur = v.cursor()
+	t0 := time.Now()
+	v.run("systemctl", "start", "hotplugd")
+	d := waitNode(t, t0, stepTimeout, "4 CPUs", cpusAre(4))
+	after := v.waitPinnedRunning()
+	checkPinned(t, before, after)
+	addResult(result{scenario: "2 CPU hot-add", side: "hotplugd", change: "systemctl start hotplugd on the stale node",
+		correct: seconds(d), restarts: v.starts(cur), writes: v.hotplugdMetric("hotplugd_node_writes_total"),
+		note: fmt.Sprintf("defaultCpuSet %s; pinned: %s", v.cpuState().DefaultCPUSet, after)})
+
+	// With hotplugd running.
+	w0 := v.hotplugdMetric("hotplugd_node_writes_total")
+	cur = v.cursor()
+	if err := v.qmp.PlugCPU("cpu4"); err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	online = v.onlineCPU(4)
+	d = waitNode(t, t0, stepTimeout, "5 CPUs", cpusAre(5))
+	after = v.waitPinnedRunning()
+	checkPinned(t, before, after)
+	state := v.cpuState()
+	if state.DefaultCPUSet != "0,2-4" {
+		t.Errorf("defaultCpuSet %q, want the shared pool 0,2-4 (CPU 1 pinned)", state.DefaultCPUSet)
+	}
+	addResult(result{scenario: "2 CPU hot-add", side: "hotplugd", change: "CPU device_add (4 -> 5), " + online,
+		correct: seconds(d), restarts: v.starts(cur), writes: v.hotplugdMetric("hotplugd_node_writes_total") - w0,
+		note: fmt.Sprintf("defaultCpuSet %s; pinned before: %s; after: %s", state.DefaultCPUSet, before, after)})
+}
+
+// onlineCPU waits for a hot-added CPU to be there and online, onlining it
+// as a guest's rule would when nothing else does; it says who did.
+func (v *vm) onlineCPU(cpu int) string {
+	v.t.Helper()
+	path := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", cpu)
+	if !waitFor(stepTimeout, 200*time.Millisecond, func() bool { return v.exec("test", "-e", path).Code == 0 }) {
+		v.t.Fatalf("no cpu%d in the guest after device_add", cpu)
+	}
+	if waitFor(3*time.Second, 200*time.Millisecond, func() bool { return strings.TrimSpace(v.exec("cat", path).Stdout) == "1" }) {
+		return "onlined by the guest"
+	}
+	v.sh("echo 1 > " + path)
+	return "onlined by the test (echo 1 > online)"
+}
+
+func checkPinned(t *testing.T, before, after podState) {
+	t.Helper()
+	if after.UID != before.UID || after.Container != before.Container || after.Restarts != before.Restarts ||
+		!after.Running || after.Assigned != before.Assigned || after.Cpuset != before.Cpuset {
+		t.Errorf("the pinned pod changed: before %s, after %s", before, after)
+	}
+}
