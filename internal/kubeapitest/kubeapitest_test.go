@@ -3,6 +3,8 @@ package kubeapitest
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -374,4 +377,45 @@ func TestControllers(t *testing.T) {
 	}
 	s.StopControllers()
 	s.StopControllers() // twice: no-op
+}
+
+// TestNodeAuthorization: with the Node authorizer, a client certificate of
+// system:node:node-a patches node-a's status and is refused node-b's; a
+// certificate of another CA is not a user at all.
+func TestNodeAuthorization(t *testing.T) {
+	s := startServer(t, Options{NodeAuthorization: true})
+	ctx := context.Background()
+	createNode(t, s.Client(), "node-a")
+	createNode(t, s.Client(), "node-b")
+	cert, key, err := s.ClientCert("system:node:node-a", "system:nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.TokenConfig("")
+	cfg.CertData, cfg.KeyData = cert, key
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().Nodes().Patch(ctx, "node-a", types.StrategicMergePatchType, []byte(staleConditionPatch), metav1.PatchOptions{}, "status"); err != nil {
+		t.Errorf("node-a patching its own status: %v", err)
+	}
+	_, err = c.CoreV1().Nodes().Patch(ctx, "node-b", types.StrategicMergePatchType, []byte(staleConditionPatch), metav1.PatchOptions{}, "status")
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("node-a patching node-b's status: %v, want Forbidden", err)
+	}
+	// A certificate the server's client CA did not sign.
+	other, otherKey, err := newCert(&x509.Certificate{Subject: pkix.Name{CommonName: "system:node:node-a", Organization: []string{"system:nodes"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.CertData, cfg.KeyData = other, otherKey
+	c, err = kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{}); !apierrors.IsUnauthorized(err) {
+		t.Errorf("a certificate of another CA: %v, want Unauthorized", err)
+	}
 }

@@ -23,6 +23,9 @@ type files struct {
 	servingCert, servingKey string // self-signed, for 127.0.0.1 and localhost
 	serviceAccountKey       string // RSA private key (PKCS#1 PEM): signs and verifies service account tokens
 	tokenFile               string // --token-auth-file: the admin token
+	// clientCA signs client certificates (ClientCert): --client-ca-file,
+	// with its key beside it.
+	clientCA, clientCAKey string
 }
 
 // writeCredentials writes the serving certificate and key, the service
@@ -33,8 +36,18 @@ func writeCredentials(dir string) (files, string, error) {
 		servingKey:        filepath.Join(dir, "serving.key"),
 		serviceAccountKey: filepath.Join(dir, "sa.key"),
 		tokenFile:         filepath.Join(dir, "tokens.csv"),
+		clientCA:          filepath.Join(dir, "client-ca.crt"),
+		clientCAKey:       filepath.Join(dir, "client-ca.key"),
 	}
 	certPEM, keyPEM, err := selfSignedCert()
+	if err != nil {
+		return files{}, "", err
+	}
+	caPEM, caKeyPEM, err := newCert(&x509.Certificate{
+		Subject:  pkix.Name{CommonName: "kubeapitest-client-ca"},
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		IsCA:     true,
+	}, nil, nil)
 	if err != nil {
 		return files{}, "", err
 	}
@@ -56,6 +69,8 @@ func writeCredentials(dir string) (files, string, error) {
 		{f.servingKey, keyPEM},
 		{f.serviceAccountKey, saPEM},
 		{f.tokenFile, []byte(tokens)},
+		{f.clientCA, caPEM},
+		{f.clientCAKey, caKeyPEM},
 	} {
 		if err := os.WriteFile(w.path, w.data, 0o600); err != nil {
 			return files{}, "", fmt.Errorf("kubeapitest: %w", err)
@@ -67,35 +82,77 @@ func writeCredentials(dir string) (files, string, error) {
 // selfSignedCert is a serving certificate for 127.0.0.1 and localhost that
 // is its own CA, so clients can verify the server with it alone.
 func selfSignedCert() (certPEM, keyPEM []byte, err error) {
+	return newCert(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kubeapitest"},
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:        true,
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:    []string{"localhost"},
+	}, nil, nil)
+}
+
+// newCert makes a P-256 key and a certificate of tmpl (a serial and a
+// validity of an hour ago to a day from now added) for it, signed by
+// parent with parentKey, or self-signed when parent is nil.
+func newCert(tmpl *x509.Certificate, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kubeapitest: serving key: %w", err)
+		return nil, nil, fmt.Errorf("kubeapitest: key: %w", err)
 	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubeapitest: serial: %w", err)
 	}
 	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "kubeapitest"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:              []string{"localhost"},
+	tmpl.SerialNumber = serial
+	tmpl.NotBefore, tmpl.NotAfter = now.Add(-time.Hour), now.Add(24*time.Hour)
+	tmpl.BasicConstraintsValid = true
+	if parent == nil {
+		parent, parentKey = tmpl, key
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kubeapitest: serving certificate: %w", err)
+		return nil, nil, fmt.Errorf("kubeapitest: certificate %s: %w", tmpl.Subject.CommonName, err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kubeapitest: serving key: %w", err)
+		return nil, nil, fmt.Errorf("kubeapitest: key: %w", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+}
+
+// ClientCert issues a client certificate for user in groups (the
+// certificate's CN and O, as the API server reads them), signed by the
+// server's client CA: e.g. a kubelet's "system:node:<name>" in
+// "system:nodes", which the Node authorizer (Options.NodeAuthorization)
+// lets write only its own Node.
+func (s *Server) ClientCert(user string, groups ...string) (certPEM, keyPEM []byte, err error) {
+	caPEM, err := os.ReadFile(s.files.clientCA)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubeapitest: %w", err)
+	}
+	caKeyPEM, err := os.ReadFile(s.files.clientCAKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubeapitest: %w", err)
+	}
+	cb, _ := pem.Decode(caPEM)
+	kb, _ := pem.Decode(caKeyPEM)
+	if cb == nil || kb == nil {
+		return nil, nil, fmt.Errorf("kubeapitest: %s or its key is not PEM", s.files.clientCA)
+	}
+	ca, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubeapitest: client CA: %w", err)
+	}
+	caKey, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubeapitest: client CA key: %w", err)
+	}
+	return newCert(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: user, Organization: groups},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, ca, caKey)
 }

@@ -41,6 +41,10 @@ const (
 type Options struct {
 	// BinDir holds kube-apiserver and etcd; "" means BinDir().
 	BinDir string
+	// NodeAuthorization adds the Node authorizer and the NodeRestriction
+	// admission plugin, as a cluster's API server has them: a kubelet with
+	// a ClientCert of system:node:<name> may then write its own Node only.
+	NodeAuthorization bool
 	// Log receives both servers' output; nil writes etcd.log and
 	// kube-apiserver.log in Server.Dir (removed by Stop). Start's errors
 	// quote the end of those files.
@@ -67,6 +71,8 @@ type Server struct {
 	etcdURL string
 	port    int
 	client  kubernetes.Interface
+	// nodeAuthz is Options.NodeAuthorization.
+	nodeAuthz bool
 
 	mu          sync.Mutex
 	etcd        *proc
@@ -89,7 +95,7 @@ func Start(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeapitest: %w", err)
 	}
-	s := &Server{Dir: dir, binDir: bin}
+	s := &Server{Dir: dir, binDir: bin, nodeAuthz: o.NodeAuthorization}
 	if o.Log != nil {
 		s.logw = &lockedWriter{w: o.Log}
 	}
@@ -187,7 +193,13 @@ func (s *Server) startEtcd() error {
 // apiserverArgs are kube-apiserver's flags. They depend only on what Start
 // chose, so StartAPIServer brings back the same server.
 func (s *Server) apiserverArgs() []string {
-	return []string{
+	authz := "RBAC"
+	var admission []string
+	if s.nodeAuthz {
+		authz = "Node,RBAC"
+		admission = []string{"--enable-admission-plugins=NodeRestriction"}
+	}
+	return append([]string{
 		"--etcd-servers=" + s.etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -198,7 +210,8 @@ func (s *Server) apiserverArgs() []string {
 		// is ever written outside Dir.
 		"--cert-dir=" + filepath.Join(s.Dir, "pki"),
 		"--token-auth-file=" + s.files.tokenFile,
-		"--authorization-mode=RBAC",
+		"--client-ca-file=" + s.files.clientCA,
+		"--authorization-mode=" + authz,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + s.files.serviceAccountKey,
 		"--service-account-signing-key-file=" + s.files.serviceAccountKey,
@@ -207,7 +220,7 @@ func (s *Server) apiserverArgs() []string {
 		// to it, and the reconciler would write every 10 s.
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
-	}
+	}, admission...)
 }
 
 // StartAPIServer starts kube-apiserver again after StopAPIServer, on the

@@ -41,7 +41,7 @@ func api(t *testing.T) *kubeapitest.Server {
 	defer cluster.mu.Unlock()
 	if cluster.api == nil && cluster.err == nil {
 		start := time.Now()
-		cluster.api, cluster.err = kubeapitest.Start(kubeapitest.Options{})
+		cluster.api, cluster.err = kubeapitest.Start(kubeapitest.Options{NodeAuthorization: true})
 		if cluster.err == nil {
 			t.Logf("API server %s up in %v", cluster.api.URL, time.Since(start).Round(time.Millisecond))
 		}
@@ -75,31 +75,45 @@ func clusterPort(t *testing.T) int {
 	return p
 }
 
-// guestKubeconfig is /etc/kubernetes/kubelet.conf of the guest: the API
-// server through the guest's forward, its certificate checked for the name
-// it has (localhost), the admin token.
-func guestKubeconfig(t *testing.T) []byte {
+// kubeletClientPEM is where kubeadm's kubelet keeps its client certificate
+// and key (after its TLS bootstrap), which kubelet.conf names.
+const kubeletClientPEM = "/var/lib/kubelet/pki/kubelet-client-current.pem"
+
+// guestKubeconfig is /etc/kubernetes/kubelet.conf of the guest as kubeadm
+// join leaves it: the API server (through the guest's forward; its
+// certificate is checked for the name it has, localhost) and the node's
+// client certificate, system:node:<name> in system:nodes, which the
+// returned PEM holds (for kubeletClientPEM). The API server runs the Node
+// authorizer: this identity may write this Node only, and hotplugd uses
+// it as the README says.
+func guestKubeconfig(t *testing.T) (kubeconfig, clientPEM []byte) {
 	t.Helper()
 	s := api(t)
 	ca, err := os.ReadFile(s.CACertFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const name = "e2e"
+	cert, key, err := s.ClientCert("system:node:"+nodeName, "system:nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "default-cluster"
 	cfg := clientcmdv1.Config{
 		Kind: "Config", APIVersion: "v1",
 		Clusters: []clientcmdv1.NamedCluster{{Name: name, Cluster: clientcmdv1.Cluster{
 			Server: "https://" + apiServerAddr, CertificateAuthorityData: ca, TLSServerName: "localhost",
 		}}},
-		AuthInfos:      []clientcmdv1.NamedAuthInfo{{Name: name, AuthInfo: clientcmdv1.AuthInfo{Token: s.AdminToken}}},
-		Contexts:       []clientcmdv1.NamedContext{{Name: name, Context: clientcmdv1.Context{Cluster: name, AuthInfo: name}}},
-		CurrentContext: name,
+		AuthInfos: []clientcmdv1.NamedAuthInfo{{Name: "default-auth", AuthInfo: clientcmdv1.AuthInfo{
+			ClientCertificate: kubeletClientPEM, ClientKey: kubeletClientPEM,
+		}}},
+		Contexts:       []clientcmdv1.NamedContext{{Name: "default-context", Context: clientcmdv1.Context{Cluster: name, AuthInfo: "default-auth"}}},
+		CurrentContext: "default-context",
 	}
 	b, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	return b, append(cert, key...)
 }
 
 // kubeletConfig is /var/lib/kubelet/config.yaml, as kubeadm would write it

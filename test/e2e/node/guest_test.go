@@ -77,7 +77,9 @@ func (v *vm) importImages(imgs ...testimage.Image) {
 // enable --now kubelet`; it waits for the Node to be Ready.
 func (v *vm) join() time.Duration {
 	v.t.Helper()
-	v.put("/etc/kubernetes/kubelet.conf", guestKubeconfig(v.t), 0o600)
+	kubeconfig, clientPEM := guestKubeconfig(v.t)
+	v.put(kubeletClientPEM, clientPEM, 0o600)
+	v.put("/etc/kubernetes/kubelet.conf", kubeconfig, 0o600)
 	v.put("/var/lib/kubelet/config.yaml", []byte(kubeletConfig), 0o644)
 	v.put("/var/lib/kubelet/kubeadm-flags.env", []byte(kubeadmFlags), 0o644)
 	v.run("mkdir", "-p", "/etc/kubernetes/manifests")
@@ -114,26 +116,24 @@ func (v *vm) journal(unit string, n int) string {
 	return v.exec("journalctl", "-u", unit, "-n", strconv.Itoa(n), "--no-pager", "-o", "short-precise").Stdout
 }
 
-// cursor is the journal's current end, for counting what comes after.
-func (v *vm) cursor() string {
+// mark is the guest's clock now, "@<seconds>.<microseconds>", for
+// journalctl --since: what the journal has from now on. (A cursor from
+// `journalctl -n 0 --show-cursor` with --after-cursor and field matches
+// counted no kubelet start where there was one.)
+func (v *vm) mark() string {
 	v.t.Helper()
-	out := v.run("journalctl", "-n", "0", "--show-cursor", "-q").Stdout
-	_, c, ok := strings.Cut(out, "-- cursor: ")
-	if !ok {
-		v.t.Fatalf("no cursor in %q", out)
-	}
-	return strings.TrimSpace(c)
+	return strings.TrimSpace(v.run("date", "+@%s.%6N").Stdout)
 }
 
 // unitStarted is the MESSAGE_ID systemd logs when a unit's start job is
 // done (sd-messages.h SD_MESSAGE_UNIT_STARTED).
 const unitStarted = "39f53479d3a045ac8e11786248231fbf"
 
-// starts counts the kubelet's starts since the cursor, from systemd's own
+// starts counts the kubelet's starts since mark, from systemd's own
 // journal entries: a restart through D-Bus is one.
-func (v *vm) starts(cursor string) int {
+func (v *vm) starts(mark string) int {
 	v.t.Helper()
-	out := v.run("journalctl", "--after-cursor", cursor, "-o", "json", "--no-pager",
+	out := v.run("journalctl", "--since", mark, "-o", "json", "--no-pager",
 		"MESSAGE_ID="+unitStarted, "UNIT=kubelet.service").Stdout
 	return strings.Count(out, "\n")
 }
@@ -350,13 +350,14 @@ func (v *vm) waitPinnedRunning() podState {
 	return st
 }
 
-// waitLog waits until a unit's journal after cursor has a line matching re.
-func (v *vm) waitLog(unit, cursor string, timeout time.Duration, re *regexp.Regexp) (string, bool) {
+// waitLog waits until a unit's journal since mark ("": this boot) has a
+// line matching re.
+func (v *vm) waitLog(unit, mark string, timeout time.Duration, re *regexp.Regexp) (string, bool) {
 	v.t.Helper()
 	var line string
-	from := []string{"-b"} // "": this boot
-	if cursor != "" {
-		from = []string{"--after-cursor", cursor}
+	from := []string{"-b"}
+	if mark != "" {
+		from = []string{"--since", mark}
 	}
 	ok := waitFor(timeout, time.Second, func() bool {
 		out := v.exec(append(append([]string{"journalctl", "-u", unit}, from...), "-o", "cat", "--no-pager")...).Stdout

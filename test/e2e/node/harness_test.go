@@ -234,7 +234,7 @@ func (n *node) boot(t *testing.T, cpus int) *vm {
 		"-kernel", filepath.Join(n.assets.image, "vmlinuz"), "-initrd", filepath.Join(n.assets.image, "initrd.img"),
 		"-append", cmdline,
 		"-drive", "file="+n.disk+",if=virtio,format=raw,cache=unsafe",
-		"-netdev", netdev, "-device", "virtio-net-pci,netdev=net0",
+		"-netdev", netdev, "-device", "virtio-net-pci,netdev=net0,romfile=", // no iPXE ROM: no network boot
 		"-qmp", "unix:"+sock+",server=on,wait=off")
 	var stderr bytes.Buffer
 	v.cmd.Stdout, v.cmd.Stderr = &stderr, &stderr
