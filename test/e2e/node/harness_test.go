@@ -252,11 +252,13 @@ func (n *node) boot(t *testing.T, cpus int) *vm {
 	running.vms[v] = true
 	running.mu.Unlock()
 	go func() { v.cmd.Wait(); close(v.exited) }()
-	t.Cleanup(v.kill)
+	// Killed when the whole test ends, not t (a subtest may boot the VM
+	// the next one uses).
+	n.t.Cleanup(v.kill)
 	if v.qmp, err = qemutest.Dial(sock, 30*time.Second); err != nil {
 		t.Fatalf("%v\nQEMU: %s", err, stderr.String())
 	}
-	t.Cleanup(v.qmp.Close)
+	n.t.Cleanup(v.qmp.Close)
 	deadline := time.Now().Add(bootTimeout)
 	for {
 		if _, err := v.get("/ping"); err == nil {
