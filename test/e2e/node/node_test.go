@@ -427,7 +427,10 @@ func (v *vm) onlineCPU(cpu int) string {
 		v.t.Fatalf("no cpu%d in the guest after device_add", cpu)
 	}
 	if waitFor(3*time.Second, 200*time.Millisecond, func() bool { return strings.TrimSpace(v.exec("cat", path).Stdout) == "1" }) {
-		return "onlined by the guest"
+		if strings.Contains(v.exec("journalctl", "-u", "hotplugd", "-b", "-o", "cat", "--no-pager", "--grep", "onlined hot-added CPU").Stdout, "onlined") {
+			return "onlined by hotplugd (--online-new-cpus)"
+		}
+		return "online by itself"
 	}
 	v.sh("echo 1 > " + path)
 	return "onlined by the test (echo 1 > online)"
