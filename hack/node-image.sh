@@ -66,6 +66,9 @@ set -euo pipefail
 
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 root="$(cd "$(dirname "$0")/.." && pwd)"
+lib="$root/hack/lib/debian-apt.sh"
+# shellcheck source=hack/lib/debian-apt.sh
+. "$lib"
 files="$root/test/e2e/node/image"
 cache="${HOTPLUGD_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hotplugd/vm}"
 check=false
@@ -97,7 +100,7 @@ fi
 key="$(
 	cd "$root"
 	{
-		sha256sum "$self"
+		sha256sum "$self" "$lib"
 		find test/e2e/node/image -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
 		find test/e2e/node/agent -maxdepth 1 -name '*.go' -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
 		sha256sum <"$kubelet"
@@ -125,29 +128,7 @@ for tool in apt-get apt-cache dpkg-deb unshare chroot mkfs.ext4 perl go; do
 	command -v "$tool" >/dev/null || { echo "hack/node-image.sh: $tool is needed" >&2; exit 1; }
 done
 
-# mirror: the URI this machine's sources use for the suite bookworm, one-line
-# (sources.list) or deb822 (*.sources) format (as hack/vm-assets.sh).
-mirror() {
-	local f
-	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-		[ -f "$f" ] || continue
-		awk '$1=="deb" { line=$0; sub(/\[[^]]*\]/, "", line); split(line, f, /[ \t]+/)
-			if (f[3]=="bookworm") { print f[2]; exit } }' "$f"
-	done
-	for f in /etc/apt/sources.list.d/*.sources; do
-		[ -f "$f" ] || continue
-		awk 'BEGIN { RS=""; FS="\n" } {
-			uri=""; suites=""; enabled=1
-			for (i=1; i<=NF; i++) {
-				if ($i ~ /^URIs:/) { uri=$i; sub(/^URIs:[ \t]*/, "", uri); sub(/[ \t].*/, "", uri) }
-				if ($i ~ /^Suites:/) suites=" " substr($i, 8) " "
-				if ($i ~ /^Enabled:[ \t]*no/) enabled=0
-			}
-			if (enabled && suites ~ /[ \t]bookworm[ \t]/) { print uri; exit }
-		}' "$f"
-	done
-}
-uri="${HOTPLUGD_VM_MIRROR:-$(mirror | head -n1)}"
+uri="$(debian_mirror)"
 if [ -z "$uri" ]; then
 	echo "hack/node-image.sh: no Debian mirror for bookworm in /etc/apt/sources.list{,.d/}; set HOTPLUGD_VM_MIRROR" >&2
 	exit 1
@@ -176,20 +157,10 @@ trap 'exit 130' INT TERM HUP
 # A private apt state to fetch mmdebstrap (and whichever of its Depends this
 # machine lacks).
 apt="$tmp/apt"
-mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/sources.list.d" "$apt/preferences.d" "$apt/dpkg" "$tmp/debs" "$tmp/mm"
-signed=""
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-[ -f "$keyring" ] && signed=" [signed-by=$keyring]"
-echo "deb$signed $uri bookworm main" >"$apt/sources.list"
-cp /var/lib/dpkg/status "$apt/dpkg/status"
-opts=(
-	-o "Dir::State=$apt" -o "Dir::State::lists=$apt/lists" -o "Dir::State::status=$apt/dpkg/status"
-	-o "Dir::Cache=$apt/cache" -o "Dir::Cache::archives=$apt/cache/archives"
-	-o "Dir::Etc::sourcelist=$apt/sources.list" -o "Dir::Etc::sourceparts=$apt/sources.list.d"
-	-o "Dir::Etc::preferences=$apt/preferences" -o "Dir::Etc::preferencesparts=$apt/preferences.d"
-	-o "APT::Sandbox::User=root" -o "Debug::NoLocking=1" -o "APT::Get::List-Cleanup=0"
-)
-apt-get "${opts[@]}" -qq update >&2
+mkdir -p "$tmp/debs" "$tmp/mm"
+private_apt "$apt" "$uri" bookworm
+opts=("${apt_opts[@]}")
+signed="$apt_signed"
 mapfile -t mmpkgs < <(apt-get "${opts[@]}" -s --no-install-recommends install mmdebstrap 2>/dev/null |
 	awk '$1=="Inst" { v=$3; if (v ~ /^\[/) v=$4; gsub(/[()]/, "", v); print $2 "=" v }')
 [ ${#mmpkgs[@]} -gt 0 ] || { echo "hack/node-image.sh: apt finds no mmdebstrap in bookworm" >&2; exit 1; }

@@ -24,7 +24,10 @@
 set -euo pipefail
 
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
-key="$(sha256sum "$self" | cut -c1-16)"
+lib="$(dirname "$self")/lib/debian-apt.sh"
+# shellcheck source=hack/lib/debian-apt.sh
+. "$lib"
+key="$(cat "$self" "$lib" | sha256sum | cut -c1-16)"
 cache="${HOTPLUGD_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hotplugd/vm}"
 dir="$cache/$key"
 
@@ -45,29 +48,7 @@ for tool in apt-get apt-cache dpkg-deb ldd; do
 	command -v "$tool" >/dev/null || { echo "hack/vm-assets.sh: $tool is needed (Debian's apt, dpkg and libc-bin)" >&2; exit 1; }
 done
 
-# mirror: the URI this machine's sources use for the suite bookworm, one-line
-# (sources.list) or deb822 (*.sources) format.
-mirror() {
-	local f
-	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-		[ -f "$f" ] || continue
-		awk '$1=="deb" { line=$0; sub(/\[[^]]*\]/, "", line); split(line, f, /[ \t]+/)
-			if (f[3]=="bookworm") { print f[2]; exit } }' "$f"
-	done
-	for f in /etc/apt/sources.list.d/*.sources; do
-		[ -f "$f" ] || continue
-		awk 'BEGIN { RS=""; FS="\n" } {
-			uri=""; suites=""; enabled=1
-			for (i=1; i<=NF; i++) {
-				if ($i ~ /^URIs:/) { uri=$i; sub(/^URIs:[ \t]*/, "", uri); sub(/[ \t].*/, "", uri) }
-				if ($i ~ /^Suites:/) suites=" " substr($i, 8) " "
-				if ($i ~ /^Enabled:[ \t]*no/) enabled=0
-			}
-			if (enabled && suites ~ /[ \t]bookworm[ \t]/) { print uri; exit }
-		}' "$f"
-	done
-}
-uri="${HOTPLUGD_VM_MIRROR:-$(mirror | head -n1)}"
+uri="$(debian_mirror)"
 if [ -z "$uri" ]; then
 	echo "hack/vm-assets.sh: no Debian mirror for bookworm in /etc/apt/sources.list{,.d/}; set HOTPLUGD_VM_MIRROR" >&2
 	exit 1
@@ -79,25 +60,9 @@ mkdir -p "$cache"
 rm -rf "$dir"
 tmp="$(mktemp -d "$dir.tmp.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-apt="$tmp/apt"
-mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/sources.list.d" "$apt/preferences.d" "$apt/dpkg" "$tmp/debs" "$tmp/root"
-signed=""
-[ -f /usr/share/keyrings/debian-archive-keyring.gpg ] && signed=" [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]"
-cat >"$apt/sources.list" <<EOF
-deb$signed $uri bookworm main
-deb$signed $uri bookworm-backports main
-EOF
-# A copy of dpkg's status: the resolver sees what is installed, and the lock
-# apt takes next to it is ours.
-cp /var/lib/dpkg/status "$apt/dpkg/status"
-opts=(
-	-o "Dir::State=$apt" -o "Dir::State::lists=$apt/lists" -o "Dir::State::status=$apt/dpkg/status"
-	-o "Dir::Cache=$apt/cache" -o "Dir::Cache::archives=$apt/cache/archives"
-	-o "Dir::Etc::sourcelist=$apt/sources.list" -o "Dir::Etc::sourceparts=$apt/sources.list.d"
-	-o "Dir::Etc::preferences=$apt/preferences" -o "Dir::Etc::preferencesparts=$apt/preferences.d"
-	-o "APT::Sandbox::User=root" -o "Debug::NoLocking=1" -o "APT::Get::List-Cleanup=0"
-)
-apt-get "${opts[@]}" -qq update >&2
+mkdir -p "$tmp/debs" "$tmp/root"
+private_apt "$tmp/apt" "$uri" bookworm bookworm-backports
+opts=("${apt_opts[@]}")
 
 # The kernel linux-image-cloud-amd64 depends on, e.g. linux-image-6.1.0-37-cloud-amd64.
 kernel="$(apt-cache "${opts[@]}" depends linux-image-cloud-amd64 | awk '$1=="Depends:" && $2 ~ /^linux-image-.*-cloud-amd64$/ { print $2; exit }')"
@@ -143,7 +108,7 @@ chmod +x "$tmp/qemu"
 		dpkg-deb -W --showformat='${Package} ${Version}\n' "$deb"
 	done
 } >"$tmp/VERSIONS"
-rm -rf "$apt" "$tmp/debs"
+rm -rf "$tmp/apt" "$tmp/debs"
 # -T: should a concurrent run have finished first, keep its directory.
 mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
 trap - EXIT

@@ -3,6 +3,7 @@ package qemutest
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -62,4 +63,19 @@ func (q *QMP) PlugDIMM(id string, size int64) error {
 	}
 	_, err := q.Execute("device_add", map[string]any{"driver": "pc-dimm", "id": id, "memdev": id + "-mem"})
 	return err
+}
+
+// MemTotal parses a guest's /proc/meminfo for MemTotal, in bytes: what
+// hotplugd and the kubelet report as memory.
+func MemTotal(meminfo string) (int64, error) {
+	for line := range strings.Lines(meminfo) {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "MemTotal:" && f[2] == "kB" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("meminfo: %q: %w", line, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("meminfo: no MemTotal in %q", meminfo)
 }

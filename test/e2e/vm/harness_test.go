@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -382,17 +381,11 @@ func (v *vm) cat(path string) string {
 // memory.
 func (v *vm) memTotal() int64 {
 	v.t.Helper()
-	for line := range strings.Lines(v.cat("/proc/meminfo")) {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "MemTotal:" && f[2] == "kB" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil {
-				v.t.Fatal(err)
-			}
-			return kb << 10
-		}
+	b, err := qemutest.MemTotal(v.cat("/proc/meminfo"))
+	if err != nil {
+		v.t.Fatal(err)
 	}
-	v.t.Fatal("no MemTotal in the guest's /proc/meminfo")
-	return 0
+	return b
 }
 
 // powerOff stops hotplugd (it must exit cleanly) and the VM, and waits for
