@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hotplugd/hotplugd/internal/machinetest"
 )
 
 // cleanupStack holds what must be undone when the run ends, also when it
@@ -127,16 +128,7 @@ func handleSignals() (stop func()) {
 // timeoutWatchdog aborts 20 s before go test's -timeout would panic, which
 // runs no cleanup.
 func timeoutWatchdog() (stop func()) {
-	f := flag.Lookup("test.timeout")
-	if f == nil {
-		return func() {}
-	}
-	timeout, _ := f.Value.(flag.Getter).Get().(time.Duration)
-	if timeout <= 30*time.Second {
-		return func() {}
-	}
-	t := time.AfterFunc(timeout-20*time.Second, func() {
-		abort(fmt.Sprintf("the run is about to reach -timeout %v", timeout), 1)
+	return machinetest.BeforeTimeout(20*time.Second, func() {
+		abort("the run is about to reach go test's -timeout", 1)
 	})
-	return func() { t.Stop() }
 }

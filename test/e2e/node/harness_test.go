@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotplugd/hotplugd/internal/machinetest"
 	"github.com/hotplugd/hotplugd/internal/qemutest"
 )
 
@@ -60,16 +61,10 @@ func TestMain(m *testing.M) {
 		os.Exit(forward(os.Args[2]))
 	}
 	flag.Parse()
-	// go test's -timeout panics without running cleanups: stop the VMs,
-	// the API server and remove the temporary files shortly before.
-	if f := flag.Lookup("test.timeout"); f != nil {
-		if d, _ := f.Value.(flag.Getter).Get().(time.Duration); d > 10*time.Second {
-			time.AfterFunc(d-10*time.Second, func() {
-				fmt.Fprintln(os.Stderr, "node: go test's -timeout is near: stopping the VMs and the API server")
-				cleanup()
-			})
-		}
-	}
+	machinetest.BeforeTimeout(10*time.Second, func() {
+		fmt.Fprintln(os.Stderr, "node: go test's -timeout is near: stopping the VMs and the API server")
+		cleanup()
+	})
 	code := m.Run()
 	printResults(os.Stdout)
 	cleanup()

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/hotplugd/hotplugd/internal/daemontest"
+	"github.com/hotplugd/hotplugd/internal/machinetest"
 	"github.com/hotplugd/hotplugd/internal/qemutest"
 )
 
@@ -53,16 +54,10 @@ var running struct {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	// go test's -timeout panics without running cleanups: stop the VMs
-	// and remove the temporary files shortly before.
-	if f := flag.Lookup("test.timeout"); f != nil {
-		if d, _ := f.Value.(flag.Getter).Get().(time.Duration); d > 10*time.Second {
-			time.AfterFunc(d-5*time.Second, func() {
-				fmt.Fprintln(os.Stderr, "vm: go test's -timeout is near: stopping the VMs")
-				cleanup()
-			})
-		}
-	}
+	machinetest.BeforeTimeout(5*time.Second, func() {
+		fmt.Fprintln(os.Stderr, "vm: go test's -timeout is near: stopping the VMs")
+		cleanup()
+	})
 	code := m.Run()
 	cleanup()
 	os.Exit(code)
