@@ -4,6 +4,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -52,6 +53,9 @@ func api(t *testing.T) *kubeapitest.Server {
 	return cluster.api
 }
 
+// stopCluster stops the API server for good: a test still running after
+// cleanup (go test's -timeout near) gets an error from api, not a new
+// server that nothing would stop.
 func stopCluster() {
 	cluster.mu.Lock()
 	defer cluster.mu.Unlock()
@@ -59,6 +63,7 @@ func stopCluster() {
 		cluster.api.Stop()
 		cluster.api = nil
 	}
+	cluster.err = errors.New("stopped: the run is ending")
 }
 
 // clusterPort is the API server's port on the host's 127.0.0.1.

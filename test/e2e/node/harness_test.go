@@ -54,6 +54,8 @@ var running struct {
 	mu   sync.Mutex
 	vms  map[*vm]bool
 	dirs []string
+	// ended: cleanup ran; nothing new may start (it would outlive the run).
+	ended bool
 }
 
 func TestMain(m *testing.M) {
@@ -79,6 +81,7 @@ func cleanup() {
 		v.cmd.Process.Kill()
 	}
 	running.vms = nil
+	running.ended = true
 	dirs := running.dirs
 	running.dirs = nil
 	running.mu.Unlock()
@@ -92,13 +95,16 @@ func cleanup() {
 // test's -timeout cuts the run short (t.TempDir's are not).
 func tempDir(t *testing.T, pattern string) string {
 	t.Helper()
+	running.mu.Lock()
+	defer running.mu.Unlock()
+	if running.ended {
+		t.Fatal("the run is ending: no new temporary directory")
+	}
 	d, err := os.MkdirTemp("", pattern)
 	if err != nil {
 		t.Fatal(err)
 	}
-	running.mu.Lock()
 	running.dirs = append(running.dirs, d)
-	running.mu.Unlock()
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
 }
@@ -236,10 +242,15 @@ func (n *node) boot(t *testing.T, cpus int) *vm {
 	// QEMU.
 	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	v.start = time.Now()
+	running.mu.Lock()
+	if running.ended {
+		running.mu.Unlock()
+		t.Fatal("the run is ending: no new VM")
+	}
 	if err := v.cmd.Start(); err != nil {
+		running.mu.Unlock()
 		t.Fatal(err)
 	}
-	running.mu.Lock()
 	if running.vms == nil {
 		running.vms = map[*vm]bool{}
 	}
