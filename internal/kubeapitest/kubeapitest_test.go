@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 )
 
 // startServer starts a Server for one test, or skips the test when the
@@ -343,10 +344,19 @@ func TestControllers(t *testing.T) {
 	}
 	ctx := context.Background()
 	c := s.Client()
-	n := createNode(t, c, "node-a")
-	// Room for a pod (the scheduler reads allocatable).
-	n.Status.Allocatable = v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("4Gi"), v1.ResourcePods: resource.MustParse("10")}
-	if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+	createNode(t, c, "node-a")
+	// Room for a pod (the scheduler reads allocatable). The node lifecycle
+	// controller may change the Node meanwhile (its taints): a conflict is
+	// retried on the Node as it is now.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.Allocatable = v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("4Gi"), v1.ResourcePods: resource.MustParse("10")}
+		_, err = c.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	pod := &v1.Pod{
