@@ -201,6 +201,8 @@ type vm struct {
 	// booted is QEMU's start to the agent answering.
 	booted time.Duration
 	exited chan struct{}
+	// stderr is QEMU's output (read once it exited).
+	stderr *bytes.Buffer
 }
 
 // boot starts QEMU with cpus CPUs (room for 5) and 2 GiB of memory (room
@@ -236,8 +238,9 @@ func (n *node) boot(t *testing.T, cpus int) *vm {
 		"-drive", "file="+n.disk+",if=virtio,format=raw,cache=unsafe",
 		"-netdev", netdev, "-device", "virtio-net-pci,netdev=net0,romfile=", // no iPXE ROM: no network boot
 		"-qmp", "unix:"+sock+",server=on,wait=off")
-	var stderr bytes.Buffer
-	v.cmd.Stdout, v.cmd.Stderr = &stderr, &stderr
+	stderr := new(bytes.Buffer)
+	v.stderr = stderr
+	v.cmd.Stdout, v.cmd.Stderr = stderr, stderr
 	// Should the test binary die without its cleanups, the kernel kills
 	// QEMU.
 	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -348,9 +351,20 @@ func (v *vm) exec(argv ...string) reply {
 	v.t.Helper()
 	r, err := v.execErr(argv...)
 	if err != nil {
-		v.t.Fatalf("guest %q: %v", argv, err)
+		v.t.Fatalf("guest %q: %v%s", argv, err, v.gone())
 	}
 	return r
+}
+
+// gone says whether QEMU has exited, with its output and the console's
+// end, for a failure message.
+func (v *vm) gone() string {
+	select {
+	case <-v.exited:
+		return fmt.Sprintf("\nQEMU exited: %v\nQEMU: %s\nconsole:\n%s", v.cmd.ProcessState, v.stderr.String(), v.consoleTail(80))
+	case <-time.After(time.Second):
+		return "\n(QEMU still runs)"
+	}
 }
 
 func (v *vm) execErr(argv ...string) (reply, error) {
