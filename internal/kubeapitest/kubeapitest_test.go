@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -427,5 +429,28 @@ func TestNodeAuthorization(t *testing.T) {
 	}
 	if _, err := c.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{}); !apierrors.IsUnauthorized(err) {
 		t.Errorf("a certificate of another CA: %v, want Unauthorized", err)
+	}
+}
+
+// TestServingCertNamesServingIPs: a client that reaches the server at an
+// address of Options.ServingIPs (a pod's in-cluster configuration through
+// a forward) verifies it; another address does not.
+func TestServingCertNamesServingIPs(t *testing.T) {
+	certPEM, _, err := selfSignedCert([]net.IP{net.IPv4(10, 0, 2, 100)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(certPEM)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"127.0.0.1", "localhost", "10.0.2.100"} {
+		if err := cert.VerifyHostname(h); err != nil {
+			t.Errorf("the serving certificate does not name %s: %v", h, err)
+		}
+	}
+	if err := cert.VerifyHostname("10.0.2.101"); err == nil {
+		t.Error("the serving certificate names 10.0.2.101, which no option gave")
 	}
 }

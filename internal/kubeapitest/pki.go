@@ -20,7 +20,7 @@ import (
 // files are the credentials one Server is started with; a restarted
 // kube-apiserver gets the same ones.
 type files struct {
-	servingCert, servingKey string // self-signed, for 127.0.0.1 and localhost
+	servingCert, servingKey string // self-signed, for 127.0.0.1, localhost and Options.ServingIPs
 	serviceAccountKey       string // RSA private key (PKCS#1 PEM): signs and verifies service account tokens
 	tokenFile               string // --token-auth-file: the admin token
 	// clientCA signs client certificates (ClientCert): --client-ca-file,
@@ -28,9 +28,10 @@ type files struct {
 	clientCA, clientCAKey string
 }
 
-// writeCredentials writes the serving certificate and key, the service
-// account key and the static token file into dir and returns the admin token.
-func writeCredentials(dir string) (files, string, error) {
+// writeCredentials writes the serving certificate (for 127.0.0.1,
+// localhost and ips) and key, the service account key and the static token
+// file into dir and returns the admin token.
+func writeCredentials(dir string, ips []net.IP) (files, string, error) {
 	f := files{
 		servingCert:       filepath.Join(dir, "serving.crt"),
 		servingKey:        filepath.Join(dir, "serving.key"),
@@ -39,7 +40,7 @@ func writeCredentials(dir string) (files, string, error) {
 		clientCA:          filepath.Join(dir, "client-ca.crt"),
 		clientCAKey:       filepath.Join(dir, "client-ca.key"),
 	}
-	certPEM, keyPEM, err := selfSignedCert()
+	certPEM, keyPEM, err := selfSignedCert(ips)
 	if err != nil {
 		return files{}, "", err
 	}
@@ -79,15 +80,15 @@ func writeCredentials(dir string) (files, string, error) {
 	return f, token, nil
 }
 
-// selfSignedCert is a serving certificate for 127.0.0.1 and localhost that
-// is its own CA, so clients can verify the server with it alone.
-func selfSignedCert() (certPEM, keyPEM []byte, err error) {
+// selfSignedCert is a serving certificate for 127.0.0.1, localhost and ips
+// that is its own CA, so clients can verify the server with it alone.
+func selfSignedCert(ips []net.IP) (certPEM, keyPEM []byte, err error) {
 	return newCert(&x509.Certificate{
 		Subject:     pkix.Name{CommonName: "kubeapitest"},
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IsCA:        true,
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses: append([]net.IP{net.IPv4(127, 0, 0, 1)}, ips...),
 		DNSNames:    []string{"localhost"},
 	}, nil, nil)
 }

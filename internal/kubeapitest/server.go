@@ -45,6 +45,12 @@ type Options struct {
 	// admission plugin, as a cluster's API server has them: a kubelet with
 	// a ClientCert of system:node:<name> may then write its own Node only.
 	NodeAuthorization bool
+	// ServingIPs are addresses besides 127.0.0.1 that the serving
+	// certificate names, for clients that reach the server through a
+	// forward and verify it by address: e.g. a pod's in-cluster
+	// configuration, which has the address of KUBERNETES_SERVICE_HOST and no
+	// server name to set.
+	ServingIPs []net.IP
 	// Log receives both servers' output; nil writes etcd.log and
 	// kube-apiserver.log in Server.Dir (removed by Stop). Start's errors
 	// quote the end of those files.
@@ -61,7 +67,8 @@ type Server struct {
 	// file, logs and etcd's data; Stop removes it.
 	Dir string
 	// CACertFile is the API server's self-signed serving certificate (for
-	// 127.0.0.1 and localhost), which clients verify it with.
+	// 127.0.0.1, localhost and Options.ServingIPs), which clients verify it
+	// with.
 	CACertFile string
 
 	binDir  string
@@ -73,6 +80,8 @@ type Server struct {
 	client  kubernetes.Interface
 	// nodeAuthz is Options.NodeAuthorization.
 	nodeAuthz bool
+	// servingIPs is Options.ServingIPs.
+	servingIPs []net.IP
 
 	mu          sync.Mutex
 	etcd        *proc
@@ -95,7 +104,7 @@ func Start(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeapitest: %w", err)
 	}
-	s := &Server{Dir: dir, binDir: bin, nodeAuthz: o.NodeAuthorization}
+	s := &Server{Dir: dir, binDir: bin, nodeAuthz: o.NodeAuthorization, servingIPs: o.ServingIPs}
 	if o.Log != nil {
 		s.logw = &lockedWriter{w: o.Log}
 	}
@@ -108,7 +117,7 @@ func Start(o Options) (*Server, error) {
 
 func (s *Server) start() error {
 	var err error
-	if s.files, s.AdminToken, err = writeCredentials(s.Dir); err != nil {
+	if s.files, s.AdminToken, err = writeCredentials(s.Dir, s.servingIPs); err != nil {
 		return err
 	}
 	s.CACertFile = s.files.servingCert
