@@ -1,7 +1,7 @@
 // Package testimage builds the small OCI images the end-to-end tests run
 // (test/e2e/images: the pause image and the pinned workload) with
-// hack/image, the tool behind `make image`, and knows the digest line that
-// tool and `make image` end with.
+// hack/image, the tool behind `make image`, runs `make image` itself, and
+// knows the digest line that tool and `make image` end with.
 //
 // It is its own package because two test packages need the same images:
 // test/e2e (a kubelet on this machine) and test/e2e/node (a kubelet in a
@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // DigestLine is how `make image` and the image tool end their output.
@@ -38,6 +39,27 @@ type Image struct {
 
 // Ref is the image by digest, as a pod or a kustomization names it.
 func (i Image) Ref() string { return i.Name + "@" + i.Digest }
+
+// HotplugdName is the name deploy/kubernetes gives hotplugd's image.
+const HotplugdName = "ghcr.io/hotplugd/hotplugd"
+
+// Make runs `make image` in the repository at root and returns its
+// bin/image/hotplugd.oci.tar with the index digest `make image` prints
+// last, named as deploy/kubernetes names it, and how long it took.
+func Make(root string) (Image, time.Duration, error) {
+	start := time.Now()
+	out, err := exec.Command("make", "-s", "-C", root, "image").CombinedOutput()
+	took := time.Since(start)
+	if err != nil {
+		return Image{}, took, fmt.Errorf("make image: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	if !DigestLine.MatchString(last) {
+		return Image{}, took, fmt.Errorf("make image did not end with the index digest; its output:\n%s", out)
+	}
+	return Image{Archive: filepath.Join(root, "bin", "image", "hotplugd.oci.tar"), Digest: last, Name: HotplugdName}, took, nil
+}
 
 // Tool builds hack/image of the repository at root into dir and returns
 // the binary.

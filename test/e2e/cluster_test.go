@@ -4,15 +4,12 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,201 +20,24 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/hotplugd/hotplugd/internal/hacktool"
-	"github.com/hotplugd/hotplugd/internal/kubeapitest"
+	"github.com/hotplugd/hotplugd/internal/deploytest"
 	"github.com/hotplugd/hotplugd/internal/testimage"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 )
 
 // The DaemonSet's namespace and pod label (deploy/kubernetes).
 const (
-	dsNamespace = "hotplugd-system"
-	dsName      = "hotplugd"
-	dsSelector  = "app.kubernetes.io/name=hotplugd"
+	dsNamespace = deploytest.Namespace
+	dsName      = deploytest.Name
 	// dsMetrics is where the pod serves /metrics (hostNetwork, loopback).
 	dsMetrics = "http://127.0.0.1:9792/metrics"
 )
 
-// overlayTemplate is the test overlay: deploy/kubernetes as users apply it,
-// changed only where this one-node cluster differs from a real one. The
-// image is the one `make image` built, imported into containerd (no
-// registry), pinned by digest as the kustomization pins it; and the pod
-// reaches the API server at its loopback address (it is hostNetwork), since
-// no kube-proxy routes the kubernetes Service's ClusterIP.
-const overlayTemplate = `apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - {{.Base}}
-images:
-  - name: {{.Name}}
-    digest: {{.Digest}}
-patches:
-  - target:
-      kind: DaemonSet
-      name: hotplugd
-    patch: |-
-      apiVersion: apps/v1
-      kind: DaemonSet
-      metadata:
-        name: hotplugd
-        namespace: hotplugd-system
-      spec:
-        template:
-          spec:
-            containers:
-              - name: hotplugd
-                env:
-                  - name: KUBERNETES_SERVICE_HOST
-                    value: "127.0.0.1"
-                  - name: KUBERNETES_SERVICE_PORT
-                    value: "{{.Port}}"
-`
-
-// kustomize is the real kustomize (hack/tool.sh kustomize, or
-// $HOTPLUGD_KUSTOMIZE), built once per machine.
-func kustomize(t *testing.T) string {
-	t.Helper()
-	p, err := hacktool.Path("kustomize")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// baseImageName is the name deploy/kubernetes's DaemonSet ends up with
-// (kustomize build), without tag or digest: the overlay's images entry
-// matches it.
-func baseImageName(t *testing.T, objs []*unstructured.Unstructured) string {
-	t.Helper()
-	for _, o := range objs {
-		if o.GetKind() != "DaemonSet" {
-			continue
-		}
-		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-		if len(cs) > 0 {
-			img, _ := cs[0].(map[string]any)["image"].(string)
-			name, _, _ := strings.Cut(img, "@")
-			if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
-				name = name[:i]
-			}
-			return name
-		}
-	}
-	t.Fatal("kustomize build deploy/kubernetes has no DaemonSet")
-	return ""
-}
-
-// kustomizeBuild runs `kustomize build dir` and decodes its objects.
-func kustomizeBuild(t *testing.T, dir string) []*unstructured.Unstructured {
-	t.Helper()
-	cmd := exec.Command(kustomize(t), "build", dir)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("kustomize build %s: %v: %s", dir, err, stderr.String())
-	}
-	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			t.Fatalf("decoding kustomize's output: %v", err)
-		}
-		if len(m) > 0 {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
-	}
-	return objs
-}
-
-// writeOverlay writes the test overlay for img into a directory of the run
-// and returns it.
-func writeOverlay(t *testing.T, s *suite, name string, img image) string {
-	t.Helper()
-	dir := filepath.Join(s.dir, "overlay")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	abs, err := filepath.Abs(filepath.Join(repoRoot, "deploy", "kubernetes"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// kustomize takes a base only by a relative path.
-	base, err := filepath.Rel(dir, abs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strings.TrimPrefix(s.api.URL, "https://127.0.0.1:")
-	writeTemplate(t, filepath.Join(dir, "kustomization.yaml"), overlayTemplate,
-		map[string]any{"Base": base, "Name": name, "Digest": img.Digest, "Port": port}, 0o644)
-	return dir
-}
-
-// applyObjects applies each object with server-side apply (what `kubectl
-// apply --server-side -k` does), in kustomize's order, and returns a
-// function that deletes them again in reverse order.
-func applyObjects(t *testing.T, s *suite, objs []*unstructured.Unstructured) func() {
-	t.Helper()
-	ctx := context.Background()
-	res, err := kubeapitest.NewResources(s.api.RestConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var applied []dynamic.ResourceInterface
-	var names []string
-	for _, obj := range objs {
-		ri, id, err := res.For(obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "e2e", Force: true}); err != nil {
-			t.Fatalf("applying %s: %v", id, err)
-		}
-		applied = append(applied, ri)
-		names = append(names, obj.GetName())
-	}
-	return func() {
-		for i := len(applied) - 1; i >= 0; i-- {
-			err := applied[i].Delete(ctx, names[i], metav1.DeleteOptions{})
-			if err != nil && !apierrors.IsNotFound(err) {
-				t.Errorf("deleting %s: %v", names[i], err)
-			}
-		}
-	}
-}
-
 // daemonPods lists the DaemonSet's pods.
-func daemonPods(t *testing.T, s *suite) []v1.Pod {
-	t.Helper()
-	list, err := s.api.Client().CoreV1().Pods(dsNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: dsSelector})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return list.Items
-}
-
-// podReady is whether the pod runs with its Ready condition True.
-func podReady(p *v1.Pod) bool {
-	if p.Status.Phase != v1.PodRunning || p.DeletionTimestamp != nil {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == v1.PodReady {
-			return c.Status == v1.ConditionTrue
-		}
-	}
-	return false
-}
+func daemonPods(t *testing.T, s *suite) []v1.Pod { return deploytest.Pods(t, s.api.Client()) }
 
 // waitDaemonPod waits for a Ready pod of the DaemonSet whose image is
 // image, and, when old is not "", for the pod named old to be gone; it
@@ -232,7 +52,7 @@ func waitDaemonPod(t *testing.T, s *suite, k *kubelet, t0 time.Time, image, old 
 			p := &pods[i]
 			if p.Name == old {
 				oldGone = false
-			} else if podReady(p) && p.Spec.Containers[0].Image == image {
+			} else if deploytest.PodReady(p) && p.Spec.Containers[0].Image == image {
 				ready = p
 			}
 		}
@@ -241,22 +61,10 @@ func waitDaemonPod(t *testing.T, s *suite, k *kubelet, t0 time.Time, image, old 
 		}
 		if time.Since(t0) > timeout {
 			t.Fatalf("no Ready pod of the DaemonSet with image %s (old pod %q gone: %v) after %v; pods:\n%s\nevents:\n%s\nend of the kubelet's log:\n%s",
-				image, old, oldGone, timeout, describePods(pods), namespaceEvents(t, s, dsNamespace), k.logTail(3000))
+				image, old, oldGone, timeout, deploytest.Describe(pods), namespaceEvents(t, s, dsNamespace), k.logTail(3000))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func describePods(pods []v1.Pod) string {
-	var b strings.Builder
-	for _, p := range pods {
-		fmt.Fprintf(&b, "  %s node=%q phase=%s", p.Name, p.Spec.NodeName, p.Status.Phase)
-		for _, c := range p.Status.ContainerStatuses {
-			fmt.Fprintf(&b, " %s: ready=%v restarts=%d state=%+v", c.Name, c.Ready, c.RestartCount, c.State)
-		}
-		b.WriteString("\n")
-	}
-	return b.String()
 }
 
 // namespaceEvents are the Events of a namespace, one per line.
@@ -385,8 +193,6 @@ func TestDaemonSet(t *testing.T) {
 	if _, err := workloadImage(); err != nil {
 		t.Fatal(err)
 	}
-	base := kustomizeBuild(t, filepath.Join(repoRoot, "deploy", "kubernetes"))
-	name := baseImageName(t, base)
 	if err := s.api.StartControllers(); err != nil {
 		t.Fatal(err)
 	}
@@ -395,17 +201,18 @@ func TestDaemonSet(t *testing.T) {
 	c := s.api.Client()
 	ctx := context.Background()
 
-	objs := kustomizeBuild(t, writeOverlay(t, s, name, image{Digest: img.Digest}))
-	ref := name + "@" + img.Digest
+	overlay := deploytest.Overlay{Image: img, APIHost: "127.0.0.1", APIPort: strings.TrimPrefix(s.api.URL, "https://127.0.0.1:")}
+	objs := deploytest.Build(t, repoRoot, filepath.Join(s.dir, "overlay"), overlay)
+	ref := img.Ref()
 	t0 := time.Now()
-	remove := applyObjects(t, s, objs)
+	remove := deploytest.Apply(t, s.api.RestConfig(), objs)
 	t.Cleanup(func() {
 		remove()
 		// The pods go before the kubelet stops (cleanups run in reverse).
 		deadline := time.Now().Add(90 * time.Second)
 		for len(daemonPods(t, s)) > 0 {
 			if time.Now().After(deadline) {
-				t.Errorf("the DaemonSet's pods are not gone 90 s after its deletion:\n%s", describePods(daemonPods(t, s)))
+				t.Errorf("the DaemonSet's pods are not gone 90 s after its deletion:\n%s", deploytest.Describe(daemonPods(t, s)))
 				break
 			}
 			time.Sleep(200 * time.Millisecond)
@@ -526,7 +333,7 @@ func TestDaemonSet(t *testing.T) {
 		tool, err := imageTool()
 		var next image
 		if err == nil {
-			next, err = testimage.Build(tool, bin, name+":e2e-rollout")
+			next, err = testimage.Build(tool, bin, img.Name+":e2e-rollout")
 		}
 		if err == nil {
 			err = importImage(s, next)

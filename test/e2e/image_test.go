@@ -20,28 +20,8 @@ import (
 // repoRoot is the repository (the tests run in test/e2e).
 const repoRoot = "../.."
 
-// imageName is the name deploy/kubernetes gives hotplugd's image.
-const imageName = "ghcr.io/hotplugd/hotplugd"
-
 // image is an OCI archive and the digest of its index.
 type image = testimage.Image
-
-// makeImage runs `make image` in the repository and returns the digest it
-// prints last, and how long it took.
-func makeImage() (string, time.Duration, error) {
-	start := time.Now()
-	out, err := exec.Command("make", "-s", "-C", repoRoot, "image").CombinedOutput()
-	took := time.Since(start)
-	if err != nil {
-		return "", took, fmt.Errorf("make image: %v\n%s", err, out)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	last := strings.TrimSpace(lines[len(lines)-1])
-	if !testimage.DigestLine.MatchString(last) {
-		return "", took, fmt.Errorf("make image did not end with the index digest; its output:\n%s", out)
-	}
-	return last, took, nil
-}
 
 // The images the scenarios share, built and imported into the suite's
 // containerd once per run (env is set before any test runs); a failure is
@@ -49,12 +29,11 @@ func makeImage() (string, time.Duration, error) {
 var (
 	// hotplugdImage is `make image`'s bin/image/hotplugd.oci.tar.
 	hotplugdImage = sync.OnceValues(func() (image, error) {
-		digest, took, err := makeImage()
+		img, took, err := testimage.Make(repoRoot)
 		if err != nil {
 			return image{}, err
 		}
-		fmt.Printf("e2e: make image: %s in %v\n", digest, took.Round(time.Millisecond))
-		img := image{Archive: filepath.Join(repoRoot, "bin", "image", "hotplugd.oci.tar"), Digest: digest, Name: imageName}
+		fmt.Printf("e2e: make image: %s in %v\n", img.Digest, took.Round(time.Millisecond))
 		return img, importImage(env, img)
 	})
 	// workloadImage is the pinned pod's image; the pause image (the
@@ -118,10 +97,11 @@ func TestImage(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(repoRoot, "bin", "image")); err != nil {
 		t.Fatal(err)
 	}
-	second, took, err := makeImage()
+	again, took, err := testimage.Make(repoRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
+	second := again.Digest
 	if second != img.Digest {
 		t.Errorf("make image twice: %s, then %s: not reproducible", img.Digest, second)
 	}

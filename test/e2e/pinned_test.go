@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/hotplugd/hotplugd/internal/deploytest"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 )
 
@@ -193,12 +194,12 @@ func TestPinnedPod(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if podReady(p) {
+		if deploytest.PodReady(p) {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the pinned pod is not Ready after 90 s: %s\nevents:\n%s\nend of the kubelet's log:\n%s",
-				describePods([]v1.Pod{*p}), namespaceEvents(t, s, "default"), k.logTail(3000))
+				deploytest.Describe([]v1.Pod{*p}), namespaceEvents(t, s, "default"), k.logTail(3000))
 		}
 	}
 	before = readPodState(t, s, "pinned")
