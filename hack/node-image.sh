@@ -30,6 +30,7 @@
 #   VERSIONS    kernel, kubelet, containerd, runc, systemd, mmdebstrap,
 #               mirror, package count, build seconds
 #   PACKAGES    the image's packages: name, version, installed KiB
+# Building an image removes the cache's images of other keys.
 # The guest: hostname hotplugd-node; systemd-networkd gives the virtio NIC
 # 10.0.2.15/24, gateway 10.0.2.2 (QEMU user-mode network), no DNS;
 # containerd enabled (systemd cgroups, sandbox image
@@ -259,5 +260,14 @@ mv "$tmp/VERSIONS.tmp" "$tmp/VERSIONS"
 # -T: should a concurrent run have finished first, keep its directory.
 mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
 trap - EXIT
+# The images of other keys (an earlier script, guest file or kubelet), about
+# 530 MB each, are of no use to this checkout any more: removed. A run
+# still using one copied it when it started (test/e2e/node's newNode).
+for old in "$cache"/node-*; do
+	case "$old" in
+	"$dir" | "$cache"/node-*.tmp.*) ;;
+	*) [ -d "$old" ] && [ -f "$old/disk.img" ] && echo "hack/node-image.sh: removing the older image $old" >&2 && rm -rf "$old" ;;
+	esac
+done
 echo "hack/node-image.sh: done in $(($(date +%s) - start))s: $(du -sh "$dir" | cut -f1) on disk" >&2
 echo "$dir"

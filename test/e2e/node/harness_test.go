@@ -173,17 +173,23 @@ type node struct {
 	boots  int
 }
 
-// newNode copies the node image's disk (sparse) into a temporary
-// directory.
+// newNode copies the node image (the disk sparse, the kernel and the
+// initramfs) into a temporary directory, which the node's boots use.
 func newNode(t *testing.T, a assets) *node {
 	t.Helper()
 	dir := tempDir(t, "hotplugd-node-")
 	disk := filepath.Join(dir, "disk.img")
 	start := time.Now()
-	if out, err := exec.Command("cp", "--sparse=always", filepath.Join(a.image, "disk.img"), disk).CombinedOutput(); err != nil {
-		t.Fatalf("copying the node image: %v\n%s", err, out)
+	// The kernel and initramfs too: every boot reads them, and
+	// hack/node-image.sh removes an older image from the cache when it
+	// builds a new one (another checkout's run may still be booting).
+	for _, f := range []string{"disk.img", "vmlinuz", "initrd.img"} {
+		if out, err := exec.Command("cp", "--sparse=always", filepath.Join(a.image, f), filepath.Join(dir, f)).CombinedOutput(); err != nil {
+			t.Fatalf("copying the node image's %s: %v\n%s", f, err, out)
+		}
 	}
-	t.Logf("disk copied in %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("disk, kernel and initramfs copied in %v", time.Since(start).Round(time.Millisecond))
+	a.image = dir
 	return &node{t: t, assets: a, dir: dir, disk: disk}
 }
 
