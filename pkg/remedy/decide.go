@@ -28,6 +28,12 @@ const (
 	ActionReport  Action = "report"  // drift, but only reporting is allowed
 	ActionWait    Action = "wait"    // drift, act later (At, or on the next event)
 	ActionRestart Action = "restart" // restart the kubelet now
+	// ActionCheck: drift, but the rate limit holds a restart back until
+	// At. Judge now, without touching the kubelet, whether a restart could
+	// help at all: a kubelet that would refuse to start, or state files
+	// that need a person, are reported at once, not when the interval
+	// ends; otherwise wait until At.
+	ActionCheck Action = "check"
 )
 
 // Inputs are everything Decide looks at.
@@ -68,6 +74,9 @@ type Inputs struct {
 	// KubeletFresh is when a kubelet that has just started has had its
 	// time to report its Node (its start plus the grace); zero: not fresh.
 	KubeletFresh time.Time
+	// Checked is the last key an ActionCheck found a restart would be
+	// tried for: a rate-limited wait checks each key once.
+	Checked string
 }
 
 // Plan is a decision with its reason.
@@ -124,6 +133,12 @@ func Decide(in Inputs) Plan {
 	case !in.LastAttempt.IsZero() && in.Now.Before(in.LastAttempt.Add(in.Interval)):
 		p.Action, p.At = ActionWait, in.LastAttempt.Add(in.Interval)
 		p.Why = fmt.Sprintf("rate limited: one attempt per %v, the last at %s", in.Interval, in.LastAttempt.UTC().Format(time.RFC3339))
+		if in.Checked != in.Key {
+			// The rate limit is against restart loops; a finding that no
+			// restart can help restarts nothing and is reported now.
+			p.Action = ActionCheck
+			p.Why += "; checking now whether a restart could help at all"
+		}
 	default:
 		p.Action, p.Why = ActionRestart, sig.String()+" outlasted the settle time"
 	}

@@ -35,7 +35,11 @@ func TestDecide(t *testing.T) {
 		{"burst arriving", func(in *Inputs) { in.Busy = true }, ActionWait, time.Time{}},
 		{"not settled", func(in *Inputs) { in.Now = t0.Add(time.Second) }, ActionWait, t0.Add(3 * time.Second)},
 		{"settled exactly", func(in *Inputs) { in.Now = t0.Add(3 * time.Second) }, ActionRestart, time.Time{}},
-		{"rate limited", func(in *Inputs) { in.LastAttempt = t0.Add(-time.Minute) }, ActionWait, t0.Add(9 * time.Minute)},
+		// Rate limited: first a check whether a restart could help at
+		// all (one per key), then the wait.
+		{"rate limited", func(in *Inputs) { in.LastAttempt = t0.Add(-time.Minute) }, ActionCheck, t0.Add(9 * time.Minute)},
+		{"rate limited, checked", func(in *Inputs) { in.LastAttempt, in.Checked = t0.Add(-time.Minute), "k1" }, ActionWait, t0.Add(9 * time.Minute)},
+		{"rate limited, another key checked", func(in *Inputs) { in.LastAttempt, in.Checked = t0.Add(-time.Minute), "k0" }, ActionCheck, t0.Add(9 * time.Minute)},
 		{"rate limit over", func(in *Inputs) { in.LastAttempt = t0.Add(-10 * time.Minute) }, ActionRestart, time.Time{}},
 		{"a kubelet that has just started", func(in *Inputs) { in.KubeletFresh = t0.Add(20 * time.Second) }, ActionWait, t0.Add(20 * time.Second)},
 		{"a kubelet that has had its time", func(in *Inputs) { in.KubeletFresh = t0.Add(5 * time.Second) }, ActionRestart, time.Time{}},

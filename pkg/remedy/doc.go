@@ -29,7 +29,9 @@
 // kubelet configuration) (Key): one that failed, was refused or needed a
 // person is not repeated until either changes, and attempts are
 // rate-limited (one per Interval); both are read from the Journal, so they
-// hold across hotplugd's restarts.
+// hold across hotplugd's restarts. The rate limit holds restarts back, not
+// findings: within it a new drift gets steps 1 and 2 once (ActionCheck),
+// so a refusal or a NeedsDrain is reported at once.
 //
 // Crash safety: from the stop on, nothing depends on the daemon's
 // cancellation (the kubelet's stop, start and rollback have their own

@@ -156,6 +156,7 @@ type Remedier struct {
 	// lastTry is the last execute's start, journaled or not (a topology
 	// read that failed is not journaled, and is rate-limited too).
 	lastTry  time.Time
+	checked  string // the key the last ActionCheck found restartable
 	attempts []Attempt
 }
 
@@ -265,6 +266,11 @@ func (m *Remedier) Run(ctx context.Context) error {
 			last = ""
 			continue
 		}
+		if plan.Action == ActionCheck {
+			m.check(ctx, plan)
+			last = ""
+			continue
+		}
 		var timerC <-chan time.Time
 		if !plan.At.IsZero() {
 			d := plan.At.Sub(m.clock.Now())
@@ -341,6 +347,7 @@ func (m *Remedier) decide() Plan {
 	if m.lastTry.After(in.LastAttempt) {
 		in.LastAttempt = m.lastTry
 	}
+	in.Checked = m.checked
 	m.mu.Unlock()
 	return Decide(in)
 }
@@ -412,44 +419,104 @@ func (m *Remedier) finish(a Attempt, start time.Time) Attempt {
 	return a
 }
 
-// restart is the remedy itself. Every step from the stop on runs to the
-// kubelet's start, whatever happens to ctx.
-func (m *Remedier) restart(ctx context.Context, plan Plan, start time.Time) Attempt {
+// check is ActionCheck: while the rate limit holds a restart back, it
+// judges the restart as restart would before its stop, touching nothing.
+// A kubelet that would refuse, or state files that need a person, end as
+// that attempt would have (journaled, reported, not repeated for the
+// key). Anything else (a restart would be tried, the machine or the
+// kubelet could not be judged, a dry run) leaves it to the restart at the
+// interval's end: the key is remembered as checked, and the remedy waits.
+func (m *Remedier) check(ctx context.Context, plan Plan) {
+	if !m.o.DryRun {
+		start := m.clock.Now()
+		j := m.judge(ctx, plan, start)
+		if j.done && (j.a.Outcome == OutcomeRefused || j.a.Outcome == OutcomeNeedsPerson) {
+			m.mu.Lock()
+			m.lastTry = start
+			m.mu.Unlock()
+			m.record(j.a, start)
+			return
+		}
+		if !j.done {
+			m.log.Info("rate limited: a restart would be tried; waiting for the interval", zap.String("key", plan.Key),
+				zap.Time("not_before", plan.At), zap.String("state_files", oneLine(j.dry)))
+		}
+	}
+	m.mu.Lock()
+	m.checked = plan.Key
+	m.mu.Unlock()
+}
+
+// judgement is what judge found before any stop.
+type judgement struct {
+	a     Attempt
+	done  bool // a has the remedy's end (or no outcome: decide again)
+	facts *kubeletwatch.Facts
+	snap  *topology.Snapshot
+	pf    preflight.Options // the dry run's
+	dry   preflight.Report
+}
+
+// judge runs the steps of a remedy that come before the kubelet's stop
+// and change nothing: the kubelet as it is now, the machine, the kubelet's
+// own refusals, the repair planned in a dry run. done: a refused or
+// needs-a-person attempt (journaled), or no outcome (the kubelet or machine
+// changed, or could not be read: decide again). With --dry-run it stops
+// after the planned repair, not done: nothing is journaled for a person.
+func (m *Remedier) judge(ctx context.Context, plan Plan, start time.Time) judgement {
 	next := m.next(start)
 	facts := m.o.Kubelet.Refresh(ctx)
-	a := Attempt{Key: plan.Key}
+	j := judgement{a: Attempt{Key: plan.Key}, facts: facts, done: true}
 	if !facts.Remediable() {
 		m.log.Info("the kubelet changed before the restart; deciding again", zap.String("limits", facts.Limit()))
-		return a // no outcome: the next decision sees the new facts
+		return j // no outcome: the next decision sees the new facts
 	}
 	if st := m.o.Node.State(); st.Prediction != nil {
 		if k := Key(*st.Prediction, facts); k != plan.Key {
 			m.log.Info("the kubelet changed since the decision; deciding again", zap.String("key", k))
-			return a // no outcome
+			return j // no outcome
 		}
 	}
-	snap, err := m.o.Snapshot()
-	if err != nil {
-		a.Outcome, a.Err = OutcomeFailed, fmt.Errorf("remedy: reading the topology: %w", err)
-		return a // not journaled: nothing was done, the next reconcile retries
+	var err error
+	if j.snap, err = m.o.Snapshot(); err != nil {
+		j.a.Outcome, j.a.Err = OutcomeFailed, fmt.Errorf("remedy: reading the topology: %w", err)
+		return j // not journaled: nothing was done, the next reconcile retries
 	}
 	if m.o.WouldRefuse != nil {
-		if err := m.o.WouldRefuse(facts, snap); err != nil {
-			return m.finish(m.refused(a, err, next), start)
+		if err := m.o.WouldRefuse(facts, j.snap); err != nil {
+			j.a = m.finish(m.refused(j.a, err, next), start)
+			return j
 		}
 	}
-	pf := preflightOptions(facts, m.clock.Now())
-
 	// Plan the repair first: when it needs a person, the kubelet is left
 	// running as it is.
-	pf.DryRun = true
-	dry := preflight.Run(snap, pf)
-	a.Report = dry
+	j.pf = preflightOptions(facts, m.clock.Now())
+	j.pf.DryRun = true
+	j.dry = preflight.Run(j.snap, j.pf)
+	j.a.Report = j.dry
+	if m.o.DryRun {
+		j.done = false
+		return j
+	}
+	if j.dry.NeedsPerson() {
+		j.a = m.finish(m.needsPerson(j.a, next), start)
+		return j
+	}
+	j.done = false
+	return j
+}
+
+// restart is the remedy itself. Every step from the stop on runs to the
+// kubelet's start, whatever happens to ctx.
+func (m *Remedier) restart(ctx context.Context, plan Plan, start time.Time) Attempt {
+	next := m.next(start)
+	j := m.judge(ctx, plan, start)
+	if j.done {
+		return j.a
+	}
+	a, facts, snap, dry, pf := j.a, j.facts, j.snap, j.dry, j.pf
 	if m.o.DryRun {
 		return m.planOnly(plan, a)
-	}
-	if dry.NeedsPerson() {
-		return m.finish(m.needsPerson(a, next), start)
 	}
 	pf.DryRun = false
 	files := plannedBackups(dry, pf.Now)

@@ -443,6 +443,87 @@ func TestNeedsPersonLeavesTheKubeletAlone(t *testing.T) {
 	}
 }
 
+// withEarlierRestart is a journal with a remediated restart (for another
+// key) a minute before the rig's clock: the rate limit (10 minutes) holds
+// the next restart back.
+func withEarlierRestart(t *testing.T) *journal.Journal {
+	t.Helper()
+	j, err := journal.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
+	if err := j.Finish(journal.Entry{Key: "earlier", Start: t0.Add(-time.Minute), Outcome: OutcomeRemediated, Reason: nodepatch.ReasonRemediated}); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// TestRateLimitedNeedsPersonIsReportedAtOnce: a restart a minute ago holds
+// the next one back for nine more; state files that need a person are
+// reported once the machine settles all the same (the rate limit is against
+// restart loops, and no restart is made), and the kubelet is left alone.
+func TestRateLimitedNeedsPersonIsReportedAtOnce(t *testing.T) {
+	const podDB = "a3d4e5f6-7b8c-4d9e-8f01-23456789abcd" // db on CPUs 4-5
+	r := newRigWithJournal(t, 4, withEarlierRestart(t), func(r *rig) {
+		if err := os.MkdirAll(filepath.Join(r.podLogs, "databases_db-0.primary_"+podDB, "db"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	})
+	old, _ := os.ReadFile(r.state)
+	r.advance(3 * time.Second)
+	a := r.attempts(1)
+	if a[0].Outcome != OutcomeNeedsPerson {
+		t.Fatalf("outcome %s, want %s within the rate limit", a[0].Outcome, OutcomeNeedsPerson)
+	}
+	if calls := r.kubelet.Calls(); len(calls) != 0 {
+		t.Errorf("kubelet touched: %v", calls)
+	}
+	if got, _ := os.ReadFile(r.state); string(got) != string(old) {
+		t.Error("state file changed")
+	}
+	if diff := cmp.Diff([]string{nodepatch.ReasonRemediated, nodepatch.ReasonNeedsDrain}, r.reasons()); diff != "" {
+		t.Errorf("journal entries (-want +got):\n%s", diff)
+	}
+	if e := r.journal.Attempts(); !strings.Contains(e[len(e)-1].Message, "drain pods databases/db-0.primary") {
+		t.Errorf("the entry does not name the pod: %s", e[len(e)-1].Message)
+	}
+	// Not repeated when the interval is over.
+	time.Sleep(20 * time.Millisecond)
+	r.clock.Step(time.Hour)
+	r.attempts(1)
+}
+
+// TestRateLimitedRestartWaits: within the rate limit, a drift a restart
+// would fix is checked once and then waits: no stop, no start, no entry,
+// until the interval is over; then the restart.
+func TestRateLimitedRestartWaits(t *testing.T) {
+	r := newRigWithJournal(t, 16, withEarlierRestart(t), nil)
+	r.advance(3 * time.Second)
+	r.attempts(0)
+	if calls := r.kubelet.Calls(); len(calls) != 0 {
+		t.Errorf("kubelet touched within the rate limit: %v", calls)
+	}
+	if n := len(r.journal.Attempts()); n != 1 {
+		t.Errorf("%d journal entries, want only the earlier one", n)
+	}
+	r.facts.mu.Lock()
+	checks := r.facts.refreshs
+	r.facts.mu.Unlock()
+	if checks != 1 {
+		t.Errorf("the kubelet was judged %d times within the rate limit, want once", checks)
+	}
+	// The rest of the interval: 10 min after the earlier restart.
+	r.advance(9*time.Minute - 3*time.Second)
+	a := r.attempts(1)
+	if a[0].Outcome != OutcomeRemediated {
+		t.Fatalf("outcome %s (%v)", a[0].Outcome, a[0].Err)
+	}
+	if diff := cmp.Diff([]string{"stop", "start"}, r.kubelet.Calls()); diff != "" {
+		t.Errorf("kubelet calls (-want +got):\n%s", diff)
+	}
+}
+
 func TestDryRunChangesNothing(t *testing.T) {
 	r := newRig(t, 16, func(o *Options) { o.DryRun = true })
 	old, _ := os.ReadFile(r.state)
