@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -42,7 +43,11 @@ func api(t *testing.T) *kubeapitest.Server {
 	defer cluster.mu.Unlock()
 	if cluster.api == nil && cluster.err == nil {
 		start := time.Now()
-		cluster.api, cluster.err = kubeapitest.Start(kubeapitest.Options{NodeAuthorization: true})
+		// The serving certificate also names the guest's address of the
+		// API server: the DaemonSet's pod verifies it by that address (its
+		// in-cluster configuration sets no server name).
+		host, _, _ := net.SplitHostPort(apiServerAddr)
+		cluster.api, cluster.err = kubeapitest.Start(kubeapitest.Options{NodeAuthorization: true, ServingIPs: []net.IP{net.ParseIP(host)}})
 		if cluster.err == nil {
 			t.Logf("API server %s up in %v", cluster.api.URL, time.Since(start).Round(time.Millisecond))
 		}
@@ -122,7 +127,12 @@ func guestKubeconfig(t *testing.T) (kubeconfig, clientPEM []byte) {
 }
 
 // kubeletConfig is /var/lib/kubelet/config.yaml, as kubeadm would write it
-// for a node with the static CPU manager, CPU 0 reserved for the system.
+// for a node with the static CPU manager and half a CPU reserved for the
+// system, which the static policy rounds up to CPU 0 for its exclusive
+// pool (the lowest CPU first). The half left in allocatable is room for
+// the DaemonSet's pod (10m) beside the pinned pod's whole CPU: with
+// reservedSystemCPUs "0" allocatable would be 1 CPU, and the scheduler
+// would preempt the pinned pod for the system-node-critical DaemonSet.
 // The kubelet's API (10250, forwarded to the host) answers without
 // authentication, for the summary API.
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
@@ -138,7 +148,8 @@ cgroupDriver: systemd
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 staticPodPath: /etc/kubernetes/manifests
 cpuManagerPolicy: static
-reservedSystemCPUs: "0"
+systemReserved:
+  cpu: 500m
 nodeStatusUpdateFrequency: 2s
 nodeStatusReportFrequency: 2s
 `

@@ -23,7 +23,8 @@
 //     follow through one restart, and the kubelet's summary API
 //     (availableBytes + workingSetBytes) agrees with the new capacity;
 //  2. CPU hot-add under a Guaranteed pod pinned to CPU 1 (static CPU
-//     manager, CPU 0 reserved): the state is rebuilt, the pod keeps its
+//     manager, systemReserved 500m, which the static policy rounds up to
+//     CPU 0): the state is rebuilt, the pod keeps its
 //     container and CPU, the new CPUs join the shared pool;
 //  3. the CPU-upgrade reboot (2 -> 3 CPUs, same disk): alone the kubelet
 //     fails with its own "current set of available CPUs" error; with
@@ -32,7 +33,17 @@
 //  4. hugepages set at boot by a unit ordered after the kubelet: the Node
 //     shows them with hotplugd, not without;
 //  5. systemd: the STATUS line, the HOTPLUG_* journal fields, the watchdog
-//     (SIGSTOP), reload, and the hardening with nothing denied.
+//     (SIGSTOP), reload, and the hardening with nothing denied;
+//  6. the DaemonSet instead of the unit (first, in boot 1): deploy/kubernetes
+//     with components/restart-kubelet through the real kustomize
+//     (internal/deploytest), the host's controller manager and scheduler,
+//     the image `make image` built imported into the guest's containerd; a
+//     DIMM hot-add is remedied by the pod, which restarts the kubelet
+//     through the host's systemd over D-Bus with every capability dropped
+//     but NET_ADMIN, and the pinned pod and the pod itself are unchanged.
+//     The controllers and the DaemonSet are removed before the unit's
+//     scenarios (the node lifecycle controller would taint the Node while
+//     the VM is off between boots).
 //
 // QEMU is killed by its PID and the temporary directories removed when the
 // test ends, also on failure and shortly before go test's -timeout.

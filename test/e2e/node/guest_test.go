@@ -25,11 +25,13 @@ import (
 )
 
 // hostBuilds are what the host builds once for the guest: hotplugd (as
-// make build does) and the pause and workload images.
+// make build does), its image (make image) and the pause and workload
+// images.
 type hostBuilds struct {
-	hotplugd string
-	pause    testimage.Image
-	workload testimage.Image
+	hotplugd      string
+	hotplugdImage testimage.Image
+	pause         testimage.Image
+	workload      testimage.Image
 }
 
 func buildForGuest(t *testing.T) hostBuilds {
@@ -51,7 +53,10 @@ func buildForGuest(t *testing.T) hostBuilds {
 	if b.workload, err = testimage.Package(repoRoot, dir, tool, "workload", testimage.WorkloadName); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("built hotplugd and the pause and workload images in %v", time.Since(start).Round(time.Millisecond))
+	if b.hotplugdImage, _, err = testimage.Make(repoRoot); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("built hotplugd, its image %s and the pause and workload images in %v", b.hotplugdImage.Digest, time.Since(start).Round(time.Millisecond))
 	return b
 }
 

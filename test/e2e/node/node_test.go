@@ -80,16 +80,18 @@ func hugepagesAre(b int64) func(*v1.Node) bool {
 	}
 }
 
-// TestNode runs the five scenarios on one node VM, as a node lives: boots
-// on the same disk, each scenario first with the kubelet alone, then with
-// hotplugd installed as the README says.
+// TestNode runs the scenarios on one node VM, as a node lives: boots on the
+// same disk, each of scenarios 1 to 4 first with the kubelet alone, then
+// with hotplugd installed as the README says. Scenario 6, the DaemonSet,
+// runs first, before hotplugd's unit is installed.
 func TestNode(t *testing.T) {
 	a := findAssets(t)
 	api(t)
 	builds := buildForGuest(t)
 	n := newNode(t, a)
 
-	// Boot 1, 2 CPUs: join, the pinned pod, hotplugd installed.
+	// Boot 1, 2 CPUs: join, the pinned pod, the DaemonSet, hotplugd
+	// installed.
 	v := n.boot(t, 2)
 	v.importImages(builds.pause, builds.workload)
 	t.Logf("kubelet enabled -> Node Ready: %v", v.join().Round(time.Millisecond))
@@ -98,6 +100,7 @@ func TestNode(t *testing.T) {
 	if pinned.Assigned != "1" || pinned.Cpuset != "1" {
 		t.Fatalf("pinned pod %s, want CPU 1 (CPU 0 is reserved)", pinned)
 	}
+	t.Run("6 DaemonSet remedy", func(t *testing.T) { daemonSetRemedy(t, v.on(t), builds.hotplugdImage) })
 	v.installHotplugd(builds.hotplugd)
 	v.setHotplugdArgs(guestHotplugdArgs)
 	v.put("/etc/systemd/system/hotplugd.service.d/online-cpus.conf", []byte(onlineCPUsDropIn), 0o644)
