@@ -240,18 +240,19 @@ func staleStatus(n *v1.Node) v1.ConditionStatus {
 
 // containerOf describes a pod's one container: ID, restarts, state.
 func containerOf(p *v1.Pod) string {
-	for _, cs := range p.Status.ContainerStatuses {
-		id := strings.TrimPrefix(cs.ContainerID, "containerd://")
-		if len(id) > 12 {
-			id = id[:12]
-		}
-		return fmt.Sprintf("container %s, restarts %d, running %v", id, cs.RestartCount, cs.State.Running != nil)
+	if len(p.Status.ContainerStatuses) == 0 {
+		return "no container"
 	}
-	return "no container"
+	cs := p.Status.ContainerStatuses[0]
+	id := strings.TrimPrefix(cs.ContainerID, "containerd://")
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	return fmt.Sprintf("container %s, restarts %d, running %v", id, cs.RestartCount, cs.State.Running != nil)
 }
 
 // podEvents lists the Events of a namespace (of one object, when name is
-// not "") since t0, a line each.
+// not "") since since, a line each.
 func podEvents(t *testing.T, ns, name string, since time.Time) string {
 	t.Helper()
 	opts := metav1.ListOptions{}
