@@ -232,45 +232,6 @@ func TestPodMonitor(t *testing.T) {
 	}
 }
 
-// TestComponentFailsOnMovedArg: a base whose --metrics-addr is no longer
-// where the JSON patch expects it fails the build; it does not overwrite
-// another argument.
-func TestComponentFailsOnMovedArg(t *testing.T) {
-	kustomize := kustomizeTool.path(t)
-	dir := t.TempDir()
-	base := filepath.Join(dir, "base")
-	if err := os.CopyFS(base, os.DirFS(filepath.Join(repoRoot, "deploy", "kubernetes"))); err != nil {
-		t.Fatal(err)
-	}
-	dsFile := filepath.Join(base, "daemonset.yaml")
-	b, err := os.ReadFile(dsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	moved := strings.Replace(string(b), "- "+baseMetricsArg, "- --resync=30s\n            - "+baseMetricsArg, 1)
-	if moved == string(b) {
-		t.Fatalf("%s not found in deploy/kubernetes/daemonset.yaml", baseMetricsArg)
-	}
-	if err := os.WriteFile(dsFile, []byte(moved), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	overlay := filepath.Join(dir, "overlay")
-	if err := os.Mkdir(overlay, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../base]\ncomponents: [../base/components/monitoring]\n"
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(kustomize, "build", overlay).CombinedOutput()
-	if err == nil {
-		t.Fatalf("kustomize build succeeded with --metrics-addr moved; output:\n%s", out)
-	}
-	if !strings.Contains(string(out), "test failed") {
-		t.Errorf("kustomize build failed, but not on the patch's test op:\n%s", out)
-	}
-}
-
 // ruleSpec is the PrometheusRule's spec, which is a Prometheus rule file.
 type ruleSpec struct {
 	Groups []struct {
