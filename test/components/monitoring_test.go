@@ -2,8 +2,6 @@ package components
 
 import (
 	"bytes"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,9 +16,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/hotplugd/hotplugd/internal/deploytest"
 	"github.com/hotplugd/hotplugd/internal/hacktool"
 )
 
@@ -78,21 +76,9 @@ func run(t *testing.T, bin string, args ...string) string {
 // kind/namespace/name.
 func build(t *testing.T, dir string) map[string]*unstructured.Unstructured {
 	t.Helper()
-	out := run(t, kustomizeTool.path(t), "build", dir)
+	kustomizeTool.path(t) // skips, saying why, where kustomize cannot be built
 	objs := map[string]*unstructured.Unstructured{}
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			t.Fatalf("decoding kustomize build %s: %v", dir, err)
-		}
-		if len(m) == 0 {
-			continue
-		}
-		o := &unstructured.Unstructured{Object: m}
+	for _, o := range deploytest.Kustomize(t, dir) {
 		k := key(o.GetKind(), o.GetNamespace(), o.GetName())
 		if _, dup := objs[k]; dup {
 			t.Fatalf("kustomize build %s: %s twice", dir, k)
@@ -100,6 +86,20 @@ func build(t *testing.T, dir string) map[string]*unstructured.Unstructured {
 		objs[k] = o
 	}
 	return objs
+}
+
+// withArg is the DaemonSet of base with its argument from replaced by to,
+// and its container, for a test to change further.
+func withArg(t *testing.T, base map[string]*unstructured.Unstructured, from, to string) (*appsv1.DaemonSet, *v1.Container) {
+	t.Helper()
+	ds := daemonSet(t, base[dsKey])
+	c := &ds.Spec.Template.Spec.Containers[0]
+	i := slices.Index(c.Args, from)
+	if i < 0 {
+		t.Fatalf("the base DaemonSet has no %s (args %q): update the component and this test", from, c.Args)
+	}
+	c.Args[i] = to
+	return ds, c
 }
 
 func key(kind, namespace, name string) string { return kind + "/" + namespace + "/" + name }
@@ -149,13 +149,7 @@ func TestComponent(t *testing.T) {
 		t.Errorf("objects the component adds (-want +got):\n%s", diff)
 	}
 
-	want := daemonSet(t, base[dsKey])
-	c := &want.Spec.Template.Spec.Containers[0]
-	i := slices.Index(c.Args, baseMetricsArg)
-	if i < 0 {
-		t.Fatalf("the base DaemonSet has no %s (args %q): update the component and this test", baseMetricsArg, c.Args)
-	}
-	c.Args[i] = metricsArg
+	want, c := withArg(t, base, baseMetricsArg, metricsArg)
 	c.Env = append(c.Env, v1.EnvVar{Name: "POD_IP", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
 	c.Ports = append(c.Ports, v1.ContainerPort{Name: metricsPortName, ContainerPort: metricsPort, Protocol: v1.ProtocolTCP})
 	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Port.IntValue() != metricsPort {

@@ -20,13 +20,7 @@ const (
 // and together with the monitoring component.
 func TestRestartKubeletComponent(t *testing.T) {
 	base := build(t, filepath.Join(repoRoot, "deploy", "kubernetes"))
-	want := daemonSet(t, base[dsKey])
-	c := &want.Spec.Template.Spec.Containers[0]
-	i := slices.Index(c.Args, baseRemedyArg)
-	if i < 0 {
-		t.Fatalf("the base DaemonSet has no %s (args %q): update the component and this test", baseRemedyArg, c.Args)
-	}
-	c.Args[i] = remedyArg
+	want, _ := withArg(t, base, baseRemedyArg, remedyArg)
 
 	got := build(t, copyOverlay(t, nil, "restart-kubelet"))
 	if diff := cmp.Diff(slices.Sorted(maps.Keys(base)), slices.Sorted(maps.Keys(got))); diff != "" {
