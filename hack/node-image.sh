@@ -96,12 +96,15 @@ if [ ! -x "$kubelet" ]; then
 	exit 1
 fi
 
-# key: what the image is made of. File names count too (a renamed guest
-# file lands elsewhere in the guest).
+# key: what the image is made of, the same in every checkout of a commit.
+# File names inside the repository count too (a renamed guest file lands
+# elsewhere in the guest); where the checkout is does not (sha256sum of a
+# path prints the path, and a clone's key differed from its origin's).
 key="$(
 	cd "$root"
 	{
-		sha256sum "$self" "$lib"
+		sha256sum <"$self"
+		sha256sum <"$lib"
 		find test/e2e/node/image -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
 		find test/e2e/node/agent -maxdepth 1 -name '*.go' -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
 		sha256sum <"$kubelet"
