@@ -242,7 +242,10 @@ func (n *node) boot(t *testing.T, cpus int) *vm {
 	// `section_index < d->map.sections_nb' failed"), once while the guest
 	// kernel probed PCI at boot and once at a CPU device_add: a vCPU using
 	// a TLB entry of the memory map another vCPU had just changed. On this
-	// 2-core host the guest's vCPUs never had a core each anyway.
+	// 2-core host the guest's vCPUs never had a core each anyway. (The
+	// nested VM of test/e2e/vm keeps multi-threaded TCG: it unplugs a CPU,
+	// and with one thread QEMU 10 aborts at the unplug, "qemu_thread_join:
+	// Resource deadlock avoided"; this node only adds CPUs.)
 	v.cmd = exec.Command(n.assets.qemu,
 		"-accel", "tcg,thread=single", "-cpu", "qemu64", "-m", "2G,slots=4,maxmem=8G", "-smp", fmt.Sprintf("%d,maxcpus=5", cpus),
 		"-display", "none", "-nodefaults", "-no-reboot", "-serial", "file:"+v.console, "-monitor", "none",
