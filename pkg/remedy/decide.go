@@ -74,8 +74,9 @@ type Inputs struct {
 	// KubeletFresh is when a kubelet that has just started has had its
 	// time to report its Node (its start plus the grace); zero: not fresh.
 	KubeletFresh time.Time
-	// Checked is the last key an ActionCheck found a restart would be
-	// tried for: a rate-limited wait checks each key once.
+	// Checked is the key an ActionCheck found a restart would be tried
+	// for, in the wait after LastAttempt: a rate-limited wait checks each
+	// key once.
 	Checked string
 }
 

@@ -155,9 +155,13 @@ type Remedier struct {
 	lastActivity time.Time
 	// lastTry is the last execute's start, journaled or not (a topology
 	// read that failed is not journaled, and is rate-limited too).
-	lastTry  time.Time
-	checked  string // the key the last ActionCheck found restartable
-	attempts []Attempt
+	lastTry time.Time
+	// checked is the key the last ActionCheck found restartable, in the
+	// wait after the attempt that started at checkedAfter: a later attempt
+	// makes it stale (the state files may have changed meanwhile).
+	checked      string
+	checkedAfter time.Time
+	attempts     []Attempt
 }
 
 // New checks the options and returns a Remedier.
@@ -319,7 +323,7 @@ func (m *Remedier) decide() Plan {
 	in := Inputs{
 		Mode: m.o.Mode, Known: st.Known(), Drift: st.Drift, Now: m.clock.Now(),
 		Settle: m.o.Settle, Busy: m.o.Busy(), Interval: m.o.Interval,
-		LastAttempt: m.journal.LastStart(),
+		LastAttempt: m.lastAttempt(),
 	}
 	if facts != nil && !facts.Started.IsZero() {
 		in.KubeletFresh = facts.Started.Add(m.o.KubeletGrace)
@@ -344,10 +348,9 @@ func (m *Remedier) decide() Plan {
 	}
 	m.mu.Lock()
 	in.LastActivity = m.lastActivity
-	if m.lastTry.After(in.LastAttempt) {
-		in.LastAttempt = m.lastTry
+	if m.checkedAfter.Equal(in.LastAttempt) {
+		in.Checked = m.checked
 	}
-	in.Checked = m.checked
 	m.mu.Unlock()
 	return Decide(in)
 }
@@ -427,6 +430,7 @@ func (m *Remedier) finish(a Attempt, start time.Time) Attempt {
 // kubelet could not be judged, a dry run) leaves it to the restart at the
 // interval's end: the key is remembered as checked, and the remedy waits.
 func (m *Remedier) check(ctx context.Context, plan Plan) {
+	after := m.lastAttempt()
 	if !m.o.DryRun {
 		start := m.clock.Now()
 		j := m.judge(ctx, plan, start)
@@ -443,8 +447,20 @@ func (m *Remedier) check(ctx context.Context, plan Plan) {
 		}
 	}
 	m.mu.Lock()
-	m.checked = plan.Key
+	m.checked, m.checkedAfter = plan.Key, after
 	m.mu.Unlock()
+}
+
+// lastAttempt is the start of the last attempt, journaled or not: what
+// the rate limit counts from.
+func (m *Remedier) lastAttempt() time.Time {
+	last := m.journal.LastStart()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lastTry.After(last) {
+		last = m.lastTry
+	}
+	return last
 }
 
 // judgement is what judge found before any stop.
@@ -460,9 +476,10 @@ type judgement struct {
 // judge runs the steps of a remedy that come before the kubelet's stop
 // and change nothing: the kubelet as it is now, the machine, the kubelet's
 // own refusals, the repair planned in a dry run. done: a refused or
-// needs-a-person attempt (journaled), or no outcome (the kubelet or machine
-// changed, or could not be read: decide again). With --dry-run it stops
-// after the planned repair, not done: nothing is journaled for a person.
+// needs-a-person attempt (journaled), a failed read of the machine (not
+// journaled), or no outcome (the kubelet changed: decide again). With
+// --dry-run it stops after the planned repair, not done: nothing is
+// journaled for a person.
 func (m *Remedier) judge(ctx context.Context, plan Plan, start time.Time) judgement {
 	next := m.next(start)
 	facts := m.o.Kubelet.Refresh(ctx)

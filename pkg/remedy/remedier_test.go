@@ -522,6 +522,28 @@ func TestRateLimitedRestartWaits(t *testing.T) {
 	if diff := cmp.Diff([]string{"stop", "start"}, r.kubelet.Calls()); diff != "" {
 		t.Errorf("kubelet calls (-want +got):\n%s", diff)
 	}
+
+	// The same drift again, within the interval that restart started: a
+	// check made before it no longer stands (the state files may have
+	// changed since), so it is judged once more, and waits.
+	time.Sleep(20 * time.Millisecond)
+	r.facts.mu.Lock()
+	before := r.facts.refreshs
+	r.facts.mu.Unlock()
+	r.m.Activity(r.clock.Now())
+	r.node.setDrift(cpuDrift)
+	r.advance(3 * time.Second)
+	r.attempts(1)
+	time.Sleep(20 * time.Millisecond)
+	r.facts.mu.Lock()
+	checks = r.facts.refreshs - before
+	r.facts.mu.Unlock()
+	if checks != 1 {
+		t.Errorf("the same key after a new restart was judged %d times within the rate limit, want once", checks)
+	}
+	if diff := cmp.Diff([]string{"stop", "start"}, r.kubelet.Calls()); diff != "" {
+		t.Errorf("kubelet calls within the new interval (-want +got):\n%s", diff)
+	}
 }
 
 func TestDryRunChangesNothing(t *testing.T) {
