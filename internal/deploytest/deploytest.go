@@ -166,34 +166,29 @@ func Kustomize(t testing.TB, dir string) []*unstructured.Unstructured {
 // DaemonSetImage is the image of the DaemonSet's first container; "" when
 // objs have none.
 func DaemonSetImage(objs []*unstructured.Unstructured) string {
+	img, _ := daemonSetContainer(objs)["image"].(string)
+	return img
+}
+
+// DaemonSetArgs are the arguments of the DaemonSet's first container.
+func DaemonSetArgs(objs []*unstructured.Unstructured) []string {
+	args, _, _ := unstructured.NestedStringSlice(daemonSetContainer(objs), "args")
+	return args
+}
+
+// daemonSetContainer is the first container of the first DaemonSet in
+// objs; nil when there is none.
+func daemonSetContainer(objs []*unstructured.Unstructured) map[string]any {
 	for _, o := range objs {
 		if o.GetKind() != "DaemonSet" {
 			continue
 		}
 		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
 		if len(cs) > 0 {
-			if c, ok := cs[0].(map[string]any); ok {
-				img, _ := c["image"].(string)
-				return img
-			}
+			c, _ := cs[0].(map[string]any)
+			return c
 		}
-	}
-	return ""
-}
-
-// DaemonSetArgs are the arguments of the DaemonSet's first container.
-func DaemonSetArgs(objs []*unstructured.Unstructured) []string {
-	for _, o := range objs {
-		if o.GetKind() != "DaemonSet" {
-			continue
-		}
-		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-		if len(cs) == 0 {
-			return nil
-		}
-		c, _ := cs[0].(map[string]any)
-		args, _, _ := unstructured.NestedStringSlice(c, "args")
-		return args
+		return nil
 	}
 	return nil
 }

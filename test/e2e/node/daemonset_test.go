@@ -72,9 +72,7 @@ func daemonSetRemedy(t *testing.T, v *vm, img testimage.Image) {
 	}) {
 		t.Fatalf("the pod did not find the Node current: %s; its log:\n%s", staleStatus(getNode(t)), v.podLog(pod, 30))
 	}
-	// A kubelet that has just started gets --kubelet-grace (20 s) to report
-	// first: the change comes after, so what is measured is the remedy.
-	time.Sleep(22*time.Second - v.kubeletUptime())
+	v.pastKubeletGrace()
 	dsBefore := containerOf(pod)
 
 	mt0 := v.memTotal()
@@ -135,7 +133,7 @@ func daemonSetRemedy(t *testing.T, v *vm, img testimage.Image) {
 	// rebuilt without dropping the pod's CPU, so no restart, and a
 	// NeedsDrain Event that names the pod from the kubelet's pod log
 	// directory (the DaemonSet's /var/log/pods mount).
-	time.Sleep(22*time.Second - v.kubeletUptime())
+	v.pastKubeletGrace()
 	state := v.cat("/var/lib/kubelet/cpu_manager_state")
 	drains := len(nodeEvents(t, nodepatch.ReasonNeedsDrain))
 	cur = v.mark()
@@ -301,6 +299,15 @@ func logField(log, msg, field string) (string, bool) {
 		return fmt.Sprint(fields[field]), true
 	}
 	return "", false
+}
+
+// pastKubeletGrace waits until the guest's kubelet has run for longer than
+// hotplugd's --kubelet-grace (20 s), which a kubelet that has just started
+// gets to report its Node first: a change after it measures hotplugd's
+// reaction, not the grace.
+func (v *vm) pastKubeletGrace() {
+	v.t.Helper()
+	time.Sleep(22*time.Second - v.kubeletUptime())
 }
 
 // kubeletUptime is how long the guest's kubelet has been running.

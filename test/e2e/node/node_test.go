@@ -160,9 +160,6 @@ func memoryHotAdd(t *testing.T, v *vm) string {
 	t0 := time.Now()
 	v.run("systemctl", "restart", "kubelet")
 	t.Logf("systemctl restart kubelet -> Node memory +1 GiB: %v", waitNode(t, t0, readyTimeout, "the DIMM", memoryIs(mt0+gib)).Round(time.Millisecond))
-	// hotplugd gives a kubelet that has just started --kubelet-grace (20s)
-	// to report before it judges it: the next change comes after that.
-	graceOver := t0.Add(22 * time.Second)
 
 	// With hotplugd.
 	v.run("systemctl", "start", "hotplugd")
@@ -170,7 +167,8 @@ func memoryHotAdd(t *testing.T, v *vm) string {
 		t.Fatalf("hotplugd's metrics do not answer:\n%s", v.journal("hotplugd", 30))
 	}
 	w0 := v.hotplugdMetric("hotplugd_node_writes_total")
-	time.Sleep(time.Until(graceOver))
+	// The restarted kubelet's grace first (pastKubeletGrace).
+	v.pastKubeletGrace()
 	cur = v.mark()
 	if err := v.qmp.PlugDIMM("dimm2", gib); err != nil {
 		t.Fatal(err)
@@ -399,10 +397,9 @@ func cpuHotAdd(t *testing.T, v *vm) {
 		correct: seconds(d), restarts: v.starts(cur), writes: v.hotplugdMetric("hotplugd_node_writes_total"),
 		note: fmt.Sprintf("defaultCpuSet %s; pinned: %s", v.cpuState().DefaultCPUSet, after)})
 
-	// With hotplugd running, once the restarted kubelet's grace is over
-	// (see memoryHotAdd).
+	// With hotplugd running, once the restarted kubelet's grace is over.
 	w0 := v.hotplugdMetric("hotplugd_node_writes_total")
-	time.Sleep(time.Until(t0.Add(d + 22*time.Second)))
+	v.pastKubeletGrace()
 	cur = v.mark()
 	if err := v.qmp.PlugCPU("cpu4"); err != nil {
 		t.Fatal(err)
