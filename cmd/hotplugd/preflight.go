@@ -9,12 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
+	"github.com/hotplugd/hotplugd/pkg/kubeletctl"
 	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/preflight"
 	"github.com/hotplugd/hotplugd/pkg/topology"
@@ -33,6 +35,10 @@ type preflightOptions struct {
 	KubeletBinary string
 	// KubeletVersion states the version instead.
 	KubeletVersion string
+	// KubeletUnit is the kubelet's systemd unit, whose ExecStart (with its
+	// environment as systemd would give it now) is the kubelet's command
+	// line when none is given after "--".
+	KubeletUnit string
 }
 
 // defaultKubeletBinary is where distributions' packages put the kubelet.
@@ -48,6 +54,7 @@ func (o *preflightOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.AllowDrop, "allow-drop-assignments", false, "let a repair drop the assignments of containers whose CPUs or memory are gone (drain their pods first)")
 	fs.StringVarP(&o.Output, "output", "o", "text", "report format: text or json")
 	fs.StringVar(&o.KubeletBinary, "kubelet-binary", "", "the kubelet that is about to start; its --version decides the rules (state-file layouts, feature gates) hotplugd applies (default: the path before the kubelet's arguments when it is a kubelet, else "+defaultKubeletBinary+", else kubelet on PATH)")
+	fs.StringVar(&o.KubeletUnit, "kubelet-unit", "", "the kubelet's systemd unit (the drop-in passes %n): read its command line from systemd over D-Bus, ExecStart with the unit's environment and environment files expanded as systemd expands them, whatever the unit's layout; the kubelet's arguments after -- win when given. When it cannot be read: a warning, checking nothing, changing nothing")
 	fs.StringVar(&o.KubeletVersion, "kubelet-version", "", "the kubelet's version (vX.Y.Z) instead of running --kubelet-binary. A kubelet hotplugd does not know (not 1.34 to 1.37, a pre-release) or none found: the files are left untouched with a warning, exit 0")
 }
 
@@ -122,10 +129,11 @@ const preflightUsage = `Usage: hotplugd preflight [flags] [-- <the kubelet's arg
 
 Checks the kubelet's cpu_manager_state and memory_manager_state, and its
 configuration, against the machine as it is now, before the kubelet starts
-(its ExecStartPre). Give it the kubelet's own command line after "--", as the
-kubelet's unit passes it to the kubelet: --config, --config-dir, --root-dir,
---feature-gates and every flag that overrides the configuration are read as
-the kubelet reads them (the same code as the daemon's kubelet discovery).
+(its ExecStartPre). It reads the kubelet's command line from the kubelet's
+systemd unit (--kubelet-unit; the drop-in passes %%n), or from the words after
+"--": --config, --config-dir, --root-dir, --feature-gates and every flag that
+overrides the configuration are read as the kubelet reads them (the same code
+as the daemon's kubelet discovery).
   valid or absent                      exit 0
   stale and safely repairable          back up, rewrite, report, exit 0
   the kubelet would refuse to start and no safe repair exists (an
@@ -135,14 +143,29 @@ the kubelet reads them (the same code as the daemon's kubelet discovery).
   anything hotplugd cannot judge (a kubelet version or file layout it does
   not know, a machine or configuration it cannot read, its own flags wrong)
                                        files untouched, a warning that says why, exit 0
-preflight never blocks a kubelet that would have started without it. The
+  an internal error (a panic)          exit 3
+The drop-in runs it with systemd's "-" prefix: no exit status, crash or
+missing binary of preflight keeps the kubelet from starting; the kubelet is
+the only judge, and preflight's report stands just above its words in
+journalctl -u kubelet. Run by a person, the exit status says what it found. The
 kubelet's version (--kubelet-binary's --version, or --kubelet-version)
 decides the rules: hotplugd knows kubelet 1.34 to 1.37.
 
 Flags:
 %s`
 
-func runPreflight(args []string, stdout, stderr io.Writer) int {
+// exitPanic is preflight's exit status after a panic: not 2 (the kubelet
+// would refuse to start) nor 0, so that a person sees it failed; the
+// drop-in's "-" prefix keeps it from blocking the kubelet, as any status.
+const exitPanic = 3
+
+func runPreflight(args []string, stdout, stderr io.Writer) (code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "hotplugd preflight: internal error (a bug, please report it): %v\n%s\nhotplugd preflight: the state files may be untouched or repaired (each write is atomic, with a backup); the kubelet judges them at its start\n", r, debug.Stack())
+			code = exitPanic
+		}
+	}()
 	var o preflightOptions
 	rest, err := parseFlagSet("preflight", preflightUsage, &o, args, stderr, true)
 	switch {
@@ -153,6 +176,14 @@ func runPreflight(args []string, stdout, stderr io.Writer) int {
 		// not keep the kubelet from starting.
 		warnf(stderr, "%v: checking nothing, changing nothing", err)
 		return 0
+	}
+	if len(rest) == 0 && o.KubeletUnit != "" {
+		argv, err := unitCommandLine(o.KubeletUnit)
+		if err != nil {
+			warnf(stderr, "cannot read the kubelet's command line from its unit %s: %v: checking nothing, changing nothing", o.KubeletUnit, err)
+			return 0
+		}
+		rest = argv
 	}
 	k, err := kubeletconfig.FromArgs(o.kubeletArgs(rest), "/")
 	if err != nil {
@@ -187,6 +218,27 @@ func runPreflight(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return 0
+}
+
+// unitCommandLine is the command line systemd starts the unit's main
+// process with, as it would start it now.
+func unitCommandLine(unit string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sd, err := kubeletctl.NewSystemd(ctx, kubeletctl.SystemdOptions{Unit: unit})
+	if err != nil {
+		return nil, err
+	}
+	defer sd.Close()
+	u, err := sd.Inspect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	env, err := sd.ManagerEnvironment(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return u.CommandLine(os.ReadFile, env)
 }
 
 // writeReport writes the report in the chosen format.

@@ -64,10 +64,11 @@ type runOptions struct {
 	Settle              time.Duration
 	RemedyInterval      time.Duration
 	RemedyTimeout       time.Duration
-	KubeletUnit         string
-	KubeletStopCommand  string
-	KubeletStartCommand string
-	StateDir            string
+	MaxRestartsPerDay     int
+	AllowReadinessReset   bool
+	KubeletUnit           string
+	KubeletRestartCommand string
+	StateDir              string
 	KubeletPoll         time.Duration
 	KubeletGrace        time.Duration
 
@@ -99,11 +100,12 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Remedy, "remedy", string(remedy.ModeReport), "what to do about a drift: report (condition, annotations, Event) or restart-kubelet (also repair the state files and restart the kubelet once the change has settled)")
 	fs.DurationVar(&o.Settle, "settle", 3*time.Second, "restart the kubelet only after the machine has had no event for this long")
 	fs.DurationVar(&o.RemedyInterval, "remedy-interval", 10*time.Minute, "at most one kubelet restart per this interval, whatever its outcome")
-	fs.DurationVar(&o.RemedyTimeout, "remedy-timeout", time.Minute, "how long a restarted kubelet has to answer its healthz and show the new capacity before the restart is rolled back")
-	fs.StringVar(&o.KubeletUnit, "kubelet-unit", kubeletctl.DefaultUnit, "the kubelet's systemd unit, stopped and started over D-Bus")
-	fs.StringVar(&o.KubeletStopCommand, "kubelet-stop-command", "", "shell command that stops the kubelet, for hosts without systemd (with --kubelet-start-command; replaces --kubelet-unit)")
-	fs.StringVar(&o.KubeletStartCommand, "kubelet-start-command", "", "shell command that starts the kubelet, for hosts without systemd; it must be idempotent (a running kubelet stays as it is), as systemctl start is")
-	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/hotplugd", "where hotplugd keeps its remedy journal (remedy.json): the restart under way, finished by the next hotplugd after a crash, and the attempts made, not repeated across restarts")
+	fs.IntVar(&o.MaxRestartsPerDay, "max-restarts-per-day", 3, "at most this many kubelet restarts in any 24 hours (0: no bound); a drift past it is reported only, until the oldest restart leaves the window")
+	fs.BoolVar(&o.AllowReadinessReset, "allow-readiness-reset", false, "restart a kubelet whose restart sets every running container's ready status to false until its readiness probe passes again (kubelet 1.34; 1.35 and later with the gate ChangeContainerStatusOnKubeletRestart): pods leave their Services for a moment. Default: such a restart is withheld with an Event")
+	fs.DurationVar(&o.RemedyTimeout, "remedy-timeout", time.Minute, "how long a restarted kubelet has to run as a new process, answer its healthz and show the new capacity before the remedy is called failed (the kubelet is left to its supervisor)")
+	fs.StringVar(&o.KubeletUnit, "kubelet-unit", kubeletctl.DefaultUnit, "the kubelet's systemd unit, restarted over D-Bus (RestartUnit: systemd owns the restart, and the unit's ExecStartPre runs hotplugd preflight)")
+	fs.StringVar(&o.KubeletRestartCommand, "kubelet-restart-command", "", "shell command that restarts the kubelet through its supervisor, for hosts without systemd (replaces --kubelet-unit); it runs detached, to its end, whatever becomes of hotplugd, and the kubelet's start must run `hotplugd preflight` first, as the systemd drop-in does")
+	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/hotplugd", "where hotplugd keeps its remedy journal (remedy.json: the restart under way, verified by the next hotplugd after a crash, and the attempts made, not repeated across restarts) and its lock (one hotplugd per node)")
 	fs.DurationVar(&o.KubeletGrace, "kubelet-grace", 20*time.Second, "how long a kubelet that has just started (restarted by anyone) has to report its Node before a difference counts as drift")
 	fs.DurationVar(&o.KubeletPoll, "kubelet-poll", 5*time.Second, "how often hotplugd checks that the kubelet it knows still runs, or looks for one (its configuration files are watched with inotify)")
 }
@@ -157,8 +159,8 @@ func (o *runOptions) Validate() error {
 	if o.Settle < 0 || o.RemedyInterval < 0 || o.RemedyTimeout <= 0 {
 		errs = append(errs, errors.New("--settle and --remedy-interval must not be negative, --remedy-timeout must be positive"))
 	}
-	if (o.KubeletStopCommand == "") != (o.KubeletStartCommand == "") {
-		errs = append(errs, errors.New("--kubelet-stop-command and --kubelet-start-command go together"))
+	if o.MaxRestartsPerDay < 0 {
+		errs = append(errs, fmt.Errorf("--max-restarts-per-day must not be negative, not %d", o.MaxRestartsPerDay))
 	}
 	if o.Standalone && (o.Remedy != string(remedy.ModeReport) || o.NodeName != "" || o.Kubeconfig != "") {
 		errs = append(errs, errors.New("--standalone touches no cluster: it cannot take --remedy, --node-name or --kubeconfig"))
@@ -194,9 +196,12 @@ SIGINT/SIGTERM stop it.
 With a cluster (the default) it also watches its own Node and, while the
 kubelet reports other cpu, memory or hugepages than the machine has, sets the
 node condition KubeletCapacityStale, annotations hotplugd.io/* and an Event
-CapacityDrift. With --remedy=restart-kubelet it then repairs the kubelet's
-state files and restarts it once the change has settled (rolled back if the
-Node does not show the new capacity). --standalone touches no cluster.
+CapacityDrift. With --remedy=restart-kubelet it then asks the kubelet's
+supervisor (systemd, or --kubelet-restart-command) to restart it once the
+change has settled, where it can judge that the restart starts the kubelet
+that runs now with hotplugd preflight repairing its state files in its start,
+and verifies that the Node shows the new capacity. --standalone touches no
+cluster.
 
 Flags:
 %s`, &o, args, stderr); done {
@@ -296,6 +301,11 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 	if err != nil {
 		return nil, cleanup, err
 	}
+	release, err := journal.Lock(o.StateDir)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	cleanup = release
 	record, err := journal.Open(o.StateDir)
 	if err != nil {
 		return nil, cleanup, err
@@ -319,15 +329,19 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		Poll: o.KubeletPoll, Log: log,
 	})
 	mode := remedy.Mode(o.Remedy)
-	var control remedy.Controller
-	if mode == remedy.ModeRestartKubelet || record.Underway() != nil {
-		// A restart left under way by the last hotplugd is finished even
-		// in report mode: the kubelet must run.
+	var control remedy.Restarter
+	var unit func(context.Context, *kubeletwatch.Facts, bool) remedy.UnitVerdict
+	if u := record.Underway(); mode == remedy.ModeRestartKubelet || (u != nil && u.Phase.Legacy()) {
+		// A record an earlier hotplugd left in the middle of its own stop
+		// and start is settled even in report mode: the kubelet must run.
 		if control, err = o.control(log); err != nil {
 			if mode == remedy.ModeRestartKubelet {
 				return nil, cleanup, err
 			}
-			log.Error("a kubelet restart was left under way and the kubelet cannot be controlled: make sure it runs", zap.Error(err))
+			log.Error("an earlier hotplugd left a kubelet restart under way and the kubelet's supervisor cannot be reached: make sure the kubelet runs", zap.Error(err))
+		}
+		if sd, ok := control.(*kubeletctl.Systemd); ok {
+			unit = unitVerdict(sd)
 		}
 	}
 	if c, ok := control.(io.Closer); ok {
@@ -335,6 +349,7 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 			if err := c.Close(); err != nil {
 				log.Debug("closing the kubelet control", zap.Error(err))
 			}
+			release()
 		}
 	}
 	log.Info("acting on the node", zap.String("node", node), zap.String("remedy", string(mode)),
@@ -344,7 +359,8 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		pred := &predictor{rep: rep, log: log, grace: o.KubeletGrace}
 		rem, err := remedy.New(remedy.Options{
 			Mode: mode, Settle: o.Settle, Interval: o.RemedyInterval, Timeout: o.RemedyTimeout, DryRun: o.DryRun, KubeletGrace: o.KubeletGrace,
-			Kubelet: watch, Journal: record, WouldRefuse: wouldRefuse,
+			MaxPerDay: o.MaxRestartsPerDay, AllowReadinessReset: o.AllowReadinessReset,
+			Kubelet: watch, Journal: record, WouldRefuse: wouldRefuse, Unit: unit,
 			Control: control, Node: rep, Snapshot: d.FS().Snapshot, Busy: d.Busy, Idle: d.Idle,
 			Log: log, Registerer: metrics.Registry,
 		})
@@ -467,11 +483,11 @@ func predict(s *topology.Snapshot, cfg *kubeletv1beta1.KubeletConfiguration, ign
 	return p
 }
 
-// control is how the kubelet is stopped and started: commands when given,
+// control is how the kubelet is restarted: the restart command when given,
 // else its systemd unit.
-func (o *runOptions) control(log *zap.Logger) (remedy.Controller, error) {
-	if o.KubeletStopCommand != "" {
-		return kubeletctl.NewCommands(kubeletctl.CommandOptions{Stop: o.KubeletStopCommand, Start: o.KubeletStartCommand, Log: log})
+func (o *runOptions) control(log *zap.Logger) (remedy.Restarter, error) {
+	if o.KubeletRestartCommand != "" {
+		return kubeletctl.NewCommand(kubeletctl.CommandOptions{Restart: o.KubeletRestartCommand, Log: log})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

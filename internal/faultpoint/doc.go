@@ -1,6 +1,6 @@
 // Package faultpoint marks the points where the crash-safety tests stop
 // hotplugd (test/integration's crash tests: SIGKILL and SIGTERM at each
-// phase of a kubelet restart). In a normal build Hit does nothing and costs
+// moment of a kubelet restart, and in preflight's write). In a normal build Hit does nothing and costs
 // nothing; a binary built with the tag faultinject pauses at the point named
 // by $HOTPLUGD_FAULTPOINT, after creating the file $HOTPLUGD_FAULTPOINT_FILE
 // (so the test knows it is there), for $HOTPLUGD_FAULTPOINT_HOLD (a Go
@@ -13,14 +13,15 @@ package faultpoint
 
 // The points.
 const (
-	// RemedyStopped: the kubelet was stopped, no state file written yet.
-	RemedyStopped = "remedy-stopped"
+	// RemedyRestarting: the journal says a restart is being asked for;
+	// the kubelet's supervisor has not been asked yet.
+	RemedyRestarting = "remedy-restarting"
 	// StateFileWrite: a state file's backup exists, the new file is not
-	// yet renamed into place.
+	// yet renamed into place (hotplugd preflight, in the kubelet's start).
 	StateFileWrite = "statefile-write"
-	// RemedyStarted: the kubelet was started on the repaired files, not
-	// verified yet.
-	RemedyStarted = "remedy-started"
+	// RemedyRestarted: the supervisor's restart is done (the new kubelet
+	// started); the journal still says "restarting".
+	RemedyRestarted = "remedy-restarted"
 	// RemedyVerifying: the kubelet's healthz answered; the Node is being
 	// checked.
 	RemedyVerifying = "remedy-verifying"

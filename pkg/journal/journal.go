@@ -19,20 +19,40 @@ type Phase string
 
 // The phases of a remedy, in order. Each is written down before it starts.
 const (
-	// PhaseStopping: the kubelet is being stopped.
-	PhaseStopping Phase = "stopping"
-	// PhaseRepairing: the kubelet is stopped; the state files are being
-	// rewritten (backups at Repair.Backups).
-	PhaseRepairing Phase = "repairing"
-	// PhaseStarting: the kubelet is being started on the repaired files.
-	PhaseStarting Phase = "starting"
-	// PhaseVerifying: the kubelet was started; its healthz and the Node are
-	// being checked.
+	// PhaseRestarting: the kubelet's supervisor (systemd, or the restart
+	// command) is being asked to restart the kubelet. The supervisor owns
+	// the restart from there: the kubelet's stop, the state-file repair
+	// (hotplugd preflight in the kubelet's own start) and its start happen
+	// whatever becomes of hotplugd. Before is the kubelet process that ran
+	// when the restart was asked for: a kubelet with the same process
+	// afterwards was never restarted.
+	PhaseRestarting Phase = "restarting"
+	// PhaseVerifying: the supervisor's restart is done; the kubelet's
+	// healthz and the Node are being checked.
 	PhaseVerifying Phase = "verifying"
-	// PhaseRollingBack: the backups are being restored and the kubelet
-	// started as it was.
-	PhaseRollingBack Phase = "rolling back"
 )
+
+// The phases a hotplugd before the supervisor owned the restart wrote
+// (it stopped the kubelet, rewrote the state files and started it itself).
+// A record left in one of them by such a hotplugd may mean a stopped
+// kubelet: the next hotplugd asks the supervisor to start it (a no-op when
+// it runs) and records the attempt as interrupted.
+const (
+	LegacyPhaseStopping    Phase = "stopping"
+	LegacyPhaseRepairing   Phase = "repairing"
+	LegacyPhaseStarting    Phase = "starting"
+	LegacyPhaseRollingBack Phase = "rolling back"
+)
+
+// Legacy reports whether p is a phase of the earlier design, in which the
+// kubelet may have been left stopped.
+func (p Phase) Legacy() bool {
+	switch p {
+	case LegacyPhaseStopping, LegacyPhaseRepairing, LegacyPhaseStarting, LegacyPhaseRollingBack:
+		return true
+	}
+	return false
+}
 
 // Underway is a remedy in progress, as written down before each phase.
 type Underway struct {
@@ -42,17 +62,26 @@ type Underway struct {
 	Start time.Time `json:"start"`
 	// Drift is the drift it remedies, for people.
 	Drift string `json:"drift"`
-	// Files are the state files to repair and their backups (the backup
-	// names are fixed before the write, so a write interrupted at any
-	// point can be undone).
+	// Files are the state files a hotplugd of the earlier design was
+	// repairing, with their backups; read, never written any more.
 	Files []FileBackup `json:"files,omitempty"`
-	// Kubelet is the kubelet the restart is for, as discovered before its
-	// stop: the next hotplugd finishes the restart for it even though no
-	// kubelet runs then to be discovered.
+	// Kubelet is the kubelet the restart is for, as discovered before it
+	// was asked for.
 	Kubelet *Kubelet `json:"kubelet,omitempty"`
+	// Before is the kubelet process that ran when the restart was asked
+	// for (nil: none known).
+	Before *Process `json:"before,omitempty"`
 }
 
-// Kubelet is what finishing a restart needs to know about the kubelet.
+// Process identifies one kubelet process: its PID and its start time in
+// clock ticks since boot (/proc/<pid>/stat), which together never name
+// another process.
+type Process struct {
+	PID   int    `json:"pid"`
+	Start uint64 `json:"start"`
+}
+
+// Kubelet is what verifying a restart needs to know about the kubelet.
 type Kubelet struct {
 	// Config is its effective KubeletConfiguration (JSON).
 	Config                     json.RawMessage `json:"config"`
@@ -74,17 +103,37 @@ type Outcome string
 
 // The outcomes.
 const (
-	OutcomeRemediated  Outcome = "remediated"
-	OutcomeFailed      Outcome = "failed"       // rolled back
+	OutcomeRemediated Outcome = "remediated"
+	// OutcomeFailed: the restart was asked for and the kubelet did not come
+	// back reporting the machine (or the supervisor refused the job); the
+	// kubelet is left to its supervisor, never stopped by hotplugd.
+	OutcomeFailed      Outcome = "failed"
 	OutcomeNeedsPerson Outcome = "needs_person" // nothing done
 	OutcomeDryRun      Outcome = "dry_run"
 	// OutcomeRefused: the kubelet would refuse to start with its
 	// configuration on this machine; not restarted.
 	OutcomeRefused Outcome = "refused"
-	// OutcomeInterrupted: hotplugd was stopped during the verification;
-	// the kubelet runs, the next hotplugd verifies.
+	// OutcomeInterrupted: hotplugd was stopped during the remedy and the
+	// next one could not tell how it ended (the record was too old, or the
+	// restart was never asked for); nothing is concluded for the key.
 	OutcomeInterrupted Outcome = "interrupted"
+	// OutcomeWithheld: a restart could help, but hotplugd cannot judge
+	// what it would start (a configuration, command line or binary staged
+	// since the kubelet started, a unit masked or not reloaded, a state
+	// file it cannot judge, no repair in the kubelet's start) or what it
+	// would do to running pods: no restart, an Event says why.
+	OutcomeWithheld Outcome = "withheld"
+	// OutcomeUnverified: the kubelet was restarted and runs, but the Node
+	// could not be read to verify it (the API server away): not a kubelet
+	// failure.
+	OutcomeUnverified Outcome = "unverified"
 )
+
+// Restarted says whether an attempt with this outcome asked the
+// kubelet's supervisor for a restart (what the daily budget counts).
+func (o Outcome) Restarted() bool {
+	return o == OutcomeRemediated || o == OutcomeFailed || o == OutcomeUnverified
+}
 
 // Entry is one finished attempt.
 type Entry struct {
@@ -102,6 +151,8 @@ type Entry struct {
 	Message string `json:"message,omitempty"`
 	// Warning: a Warning Event (else Normal).
 	Warning bool `json:"warning,omitempty"`
+	// Restarted: the kubelet's supervisor was asked to restart it.
+	Restarted bool `json:"restarted,omitempty"`
 }
 
 // record is the journal file's contents.
@@ -250,18 +301,33 @@ func (j *Journal) Begin(u Underway) error {
 	return j.save()
 }
 
-// Enter moves the remedy under way to phase p (and its files, when given).
-func (j *Journal) Enter(p Phase, files []FileBackup) error {
+// Enter moves the remedy under way to phase p.
+func (j *Journal) Enter(p Phase) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.rec.Underway == nil {
 		return errors.New("journal: no remedy under way")
 	}
 	j.rec.Underway.Phase = p
-	if files != nil {
-		j.rec.Underway.Files = files
-	}
 	return j.save()
+}
+
+// RestartsSince returns the starts of the attempts after t that asked for
+// a kubelet restart, oldest first (the daily budget: a restart at exactly
+// now-24h has left the window).
+func (j *Journal) RestartsSince(t time.Time) []time.Time {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out []time.Time
+	for _, e := range j.rec.Attempts {
+		if e.Restarted && e.Start.After(t) {
+			out = append(out, e.Start)
+		}
+	}
+	if u := j.rec.Underway; u != nil && u.Start.After(t) {
+		out = append(out, u.Start)
+	}
+	return out
 }
 
 // Finish records the outcome of the remedy under way (if any) and clears

@@ -369,8 +369,16 @@ func parseCmdline(b []byte) []string {
 }
 
 // kubeletArgs returns the kubelet's arguments (never nil) when argv is a
-// kubelet's, nil otherwise.
+// kubelet's, nil otherwise. A kubelet binary run only to print its version
+// or its help (`kubelet --version`, which hotplugd preflight and others run
+// while the kubelet runs) is no kubelet.
 func kubeletArgs(argv []string) []string {
+	if n := len(argv); n >= 2 && n <= 3 {
+		switch last := argv[n-1]; {
+		case last == "--version" || strings.HasPrefix(last, "--version=") || last == "--help" || last == "-h":
+			return nil
+		}
+	}
 	switch {
 	case len(argv) >= 1 && filepath.Base(argv[0]) == "kubelet":
 		return append([]string{}, argv[1:]...)

@@ -122,12 +122,15 @@ func mustSymlink(t *testing.T, target, name string) {
 
 // others are the processes of a node besides the kubelet.
 var others = map[int]fakeProc{
-	1:    {argv: []string{"/sbin/init"}},
-	2:    {argv: []string{}},                                    // kernel thread: empty cmdline
-	300:  {argv: []string{"/usr/sbin/sshd", "-D"}},              // not a kubelet
-	301:  {argv: []string{"journalctl", "-u", "kubelet"}},       // names the kubelet, is not one
-	302:  {argv: []string{"/usr/local/bin/kubelet-wrapper.sh"}}, // base name differs
-	303:  {argv: []string{"hyperkube", "kube-apiserver"}},
+	1:   {argv: []string{"/sbin/init"}},
+	2:   {argv: []string{}},                                    // kernel thread: empty cmdline
+	300: {argv: []string{"/usr/sbin/sshd", "-D"}},              // not a kubelet
+	301: {argv: []string{"journalctl", "-u", "kubelet"}},       // names the kubelet, is not one
+	302: {argv: []string{"/usr/local/bin/kubelet-wrapper.sh"}}, // base name differs
+	303: {argv: []string{"hyperkube", "kube-apiserver"}},
+	// hotplugd preflight's child asking the binary its version while the
+	// kubelet runs: no second kubelet (issue 19).
+	304:  {argv: []string{"/usr/bin/kubelet", "--version"}},
 	9999: {argv: nil}, // vanished between ReadDir and the read
 }
 
@@ -301,7 +304,7 @@ func TestDiscoverErrors(t *testing.T) {
 			name:    "no kubelet",
 			procs:   others,
 			wantIs:  ErrNotFound,
-			wantErr: []string{"none of 6 processes under", "is hotplugd in the host's PID namespace?", "no kubelet process found"},
+			wantErr: []string{"none of 7 processes under", "is hotplugd in the host's PID namespace?", "no kubelet process found"},
 		},
 		{
 			name:    "two kubelets",
@@ -629,6 +632,13 @@ func TestKubeletArgs(t *testing.T) {
 		{[]string{"/kubelet/sh"}, nil},
 		{[]string{""}, nil},
 		{nil, nil},
+		// `kubelet --version`, as hotplugd preflight runs it while the
+		// kubelet runs (issue 19: it was found as a second kubelet).
+		{[]string{"/usr/bin/kubelet", "--version"}, nil},
+		{[]string{"/usr/bin/kubelet", "--version=raw"}, nil},
+		{[]string{"hyperkube", "kubelet", "--version"}, nil},
+		{[]string{"kubelet", "-h"}, nil},
+		{[]string{"/usr/bin/kubelet", "--config=/a", "--v=2"}, []string{"--config=/a", "--v=2"}},
 	}
 	for _, tt := range tests {
 		if diff := cmp.Diff(tt.want, kubeletArgs(tt.argv)); diff != "" {

@@ -23,24 +23,30 @@ const MaxOutput = 64 << 10
 // errorOutput is how much of the end of the output an error carries.
 const errorOutput = 1 << 10
 
-// CommandOptions configures NewCommands.
+// CommandOptions configures NewCommand.
 type CommandOptions struct {
-	// Stop and Start are shell commands (/bin/sh -c) that stop and start
-	// the kubelet and exit once that is done, with status 0 on success.
-	// A Start command that launches the kubelet itself must detach it
-	// from its output (e.g. `setsid kubelet ... >>/var/log/kubelet.log
-	// 2>&1 &`); a process left holding the output is not waited for.
-	Stop, Start string
-	// Log receives what is done and the commands' output; nil means no
+	// Restart is a shell command (/bin/sh -c) that restarts the kubelet
+	// through its supervisor and exits once that is done, with status 0 on
+	// success: the supervisor's own restart (`rc-service kubelet restart`,
+	// `supervisorctl restart kubelet`), whose start runs `hotplugd
+	// preflight` before the kubelet as the systemd drop-in does. A command
+	// that launches the kubelet itself must detach it from its output
+	// (e.g. `setsid kubelet ... >>/var/log/kubelet.log 2>&1 &`); a process
+	// left holding the output is not waited for.
+	Restart string
+	// Log receives what is done and the command's output; nil means no
 	// logging.
 	Log *zap.Logger
 }
 
-// Commands stops and starts the kubelet with shell commands, for hosts
-// without systemd.
-type Commands struct {
-	stop, start string
-	log         *zap.Logger
+// Command restarts the kubelet with one shell command, for hosts without
+// systemd. The command runs in a session of its own, detached from
+// hotplugd: when hotplugd is killed, or its context ends, the command goes
+// on to the end (hotplugd only stops waiting for it), so no stop is ever
+// left without its start.
+type Command struct {
+	restart string
+	log     *zap.Logger
 
 	// Seams for tests.
 	shell string
@@ -49,70 +55,52 @@ type Commands struct {
 	drainGrace time.Duration
 }
 
-// NewCommands checks that both commands are given.
-func NewCommands(o CommandOptions) (*Commands, error) {
-	var missing []string
-	if strings.TrimSpace(o.Stop) == "" {
-		missing = append(missing, "stop")
-	}
-	if strings.TrimSpace(o.Start) == "" {
-		missing = append(missing, "start")
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("kubeletctl: commands: the %s command is empty: both a stop and a start command are needed", strings.Join(missing, " and the "))
+// NewCommand checks that the command is given.
+func NewCommand(o CommandOptions) (*Command, error) {
+	if strings.TrimSpace(o.Restart) == "" {
+		return nil, errors.New("kubeletctl: the restart command is empty")
 	}
 	log := o.Log
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Commands{
-		stop:       o.Stop,
-		start:      o.Start,
-		log:        log,
-		shell:      "/bin/sh",
-		drainGrace: 2 * time.Second,
-	}, nil
+	return &Command{restart: o.Restart, log: log, shell: "/bin/sh", drainGrace: 2 * time.Second}, nil
 }
 
 // String names the controller for logs and events.
-func (c *Commands) String() string { return "commands" }
+func (c *Command) String() string { return "restart command" }
 
-// Close does nothing and returns nil: Commands holds nothing between
-// commands. It is there so that the caller can close either Controller.
-func (c *Commands) Close() error { return nil }
+// Close does nothing and returns nil: Command holds nothing between
+// restarts.
+func (c *Command) Close() error { return nil }
 
-// Stop runs the stop command and waits for it to exit.
-func (c *Commands) Stop(ctx context.Context) error { return c.run(ctx, "stop", c.stop) }
+// Restart runs the restart command and waits for it to exit, or for ctx
+// to end (then the command goes on, detached).
+func (c *Command) Restart(ctx context.Context) error { return c.run(ctx, "restart", c.restart) }
 
-// Start runs the start command and waits for it to exit.
-func (c *Commands) Start(ctx context.Context) error { return c.run(ctx, "start", c.start) }
-
-// run runs `sh -c script` in a process group of its own, with stdin from
-// /dev/null and stdout and stderr into one pipe. When ctx ends first, the
-// whole group is killed: the shell and anything it started and waits for.
+// run runs `sh -c script` in a session of its own (setsid: no controlling
+// terminal, no signal sent to hotplugd's process group reaches it), with
+// stdin from /dev/null and stdout and stderr into one pipe. When ctx ends
+// first it is not killed: a restart is never cut between its stop and its
+// start; the caller only stops waiting.
 //
 // The pipe is ours rather than exec's: exec waits for every holder of its
 // pipe to close it, which a kubelet started in the background never does,
 // and closing it under that kubelet would kill it with SIGPIPE. Here the
-// pipe is read until EOF for at most drainGrace after the shell exited, and
-// after that by a goroutine that discards until the last holder is gone.
-func (c *Commands) run(ctx context.Context, verb, script string) error {
+// reader drains the pipe until every writer closed it, or until drainGrace
+// after the shell exited; the pipe is then left to the garbage collector
+// (its read end is closed, a writer left gets EPIPE, which a kubelet
+// started with its output redirected never sees).
+func (c *Command) run(ctx context.Context, verb, script string) error {
 	log := c.log.With(zap.String("op", verb), zap.String("command", script))
 	r, w, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("kubeletctl: %s command %q: %w", verb, script, err)
 	}
-	cmd := exec.CommandContext(ctx, c.shell, "-c", script)
+	// Not CommandContext: nothing kills the restart once it has begun.
+	cmd := exec.Command(c.shell, "-c", script)
 	cmd.Stdout, cmd.Stderr = w, w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
-		// The group's id is the shell's pid (Setpgid). Kill the group,
-		// then the shell again in case the group is gone already.
-		if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return err
-		}
-		return cmd.Process.Kill()
-	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	log.Info("running the " + verb + " command")
 	began := time.Now()
 	err = cmd.Start()
@@ -128,7 +116,15 @@ func (c *Commands) run(ctx context.Context, verb, script string) error {
 		defer r.Close()
 		_, _ = io.Copy(out, r)
 	}()
-	waitErr := cmd.Wait()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var waitErr error
+	select {
+	case waitErr = <-exited:
+	case <-ctx.Done():
+		log.Warn("stopped waiting for the "+verb+" command: it goes on, detached", zap.Int("pid", cmd.Process.Pid))
+		return fmt.Errorf("kubeletctl: %s command %q: %w (the command goes on, detached, pid %d)", verb, script, ctx.Err(), cmd.Process.Pid)
+	}
 	grace := time.NewTimer(c.drainGrace)
 	select {
 	case <-drained:
@@ -140,9 +136,6 @@ func (c *Commands) run(ctx context.Context, verb, script string) error {
 	fields := []zap.Field{zap.Duration("took", time.Since(began)), zap.String("output", output), zap.Bool("output_truncated", truncated)}
 	if waitErr != nil {
 		log.Warn("the "+verb+" command failed", append(fields, zap.Error(waitErr))...)
-		if ctx.Err() != nil {
-			return fmt.Errorf("kubeletctl: %s command %q: %w (killed its process group)%s", verb, script, ctx.Err(), outputTail(output))
-		}
 		return fmt.Errorf("kubeletctl: %s command %q: %w%s", verb, script, waitErr, outputTail(output))
 	}
 	log.Info("the "+verb+" command succeeded", fields...)

@@ -5,23 +5,24 @@ import (
 	"io"
 )
 
-// Controller stops and starts the kubelet. Implementations wait until the
-// operation has finished (unit inactive/active, command exited).
-type Controller interface {
-	// Stop stops the kubelet and returns once it is stopped.
-	Stop(ctx context.Context) error
-	// Start starts the kubelet and returns once it is running.
-	Start(ctx context.Context) error
+// Restarter asks the kubelet's supervisor to restart the kubelet. The
+// supervisor owns the restart: once asked, the kubelet's stop and its start
+// (with the state-file repair that runs in the start) happen whatever
+// becomes of the caller.
+type Restarter interface {
+	// Restart asks for one restart and returns once the supervisor has
+	// carried it out (the new kubelet started, or the start failed), or
+	// when ctx ends first: the restart then goes on without the caller.
+	Restart(ctx context.Context) error
 	// String names it for logs and events, e.g. `systemd unit
-	// kubelet.service` or `commands`.
+	// kubelet.service` or `restart command`.
 	String() string
-	// Close releases what it holds (Systemd's bus connection); Stop and
-	// Start may fail afterwards. It is idempotent. A job or command already
-	// running is not stopped by it.
+	// Close releases what it holds (Systemd's bus connection); a restart
+	// already asked for goes on. It is idempotent.
 	io.Closer
 }
 
 var (
-	_ Controller = (*Systemd)(nil)
-	_ Controller = (*Commands)(nil)
+	_ Restarter = (*Systemd)(nil)
+	_ Restarter = (*Command)(nil)
 )

@@ -40,7 +40,8 @@ type SystemdOptions struct {
 	Log *zap.Logger
 }
 
-// Systemd controls the kubelet's systemd unit over D-Bus. It reconnects on
+// Systemd restarts the kubelet's systemd unit over D-Bus (and starts it,
+// for a record left by an earlier hotplugd that stopped it itself). It reconnects on
 // the next call when the bus connection was lost (the bus daemon restarted).
 // Its methods are safe for concurrent use, but a Stop and a Start racing
 // each other replace each other's jobs, as systemctl would.
@@ -94,6 +95,9 @@ func NewSystemd(ctx context.Context, o SystemdOptions) (*Systemd, error) {
 	return s, nil
 }
 
+// Unit is the unit's name (kubelet.service).
+func (s *Systemd) Unit() string { return s.unit }
+
 // String names the controller for logs and events.
 func (s *Systemd) String() string {
 	return "systemd unit " + s.unit
@@ -129,7 +133,19 @@ func (s *Systemd) Start(ctx context.Context) error {
 	})
 }
 
-// jobFunc is StopUnitContext or StartUnitContext.
+// Restart asks systemd to restart the unit (RestartUnit, mode "replace":
+// one job that stops the kubelet and starts it again, its ExecStartPre
+// commands first, owned by systemd whatever becomes of the caller), waits
+// for the job and checks that the unit is then active, waiting while it is
+// activating. A job that does not end "done" is an error naming its result;
+// a failed start is then systemd's to retry (the unit's Restart= policy).
+func (s *Systemd) Restart(ctx context.Context) error {
+	return s.do(ctx, "restart", (*sdbus.Conn).RestartUnitContext, func(state string) bool {
+		return state == "active"
+	})
+}
+
+// jobFunc is StopUnitContext, StartUnitContext or RestartUnitContext.
 type jobFunc func(c *sdbus.Conn, ctx context.Context, name, mode string, ch chan<- string) (int, error)
 
 func (s *Systemd) do(ctx context.Context, verb string, queue jobFunc, settled func(activeState string) bool) error {

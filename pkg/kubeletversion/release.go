@@ -20,6 +20,8 @@ const (
 	Alpha Stage = "ALPHA"
 	Beta  Stage = "BETA"
 	GA    Stage = "GA"
+	// Deprecated gates still exist and can be set; they go away later.
+	Deprecated Stage = "DEPRECATED"
 )
 
 // Gate is one feature gate of a release: its stage and default there.
@@ -100,6 +102,14 @@ type Release struct {
 	// gate (a kubelet that resizes its node in place itself). None up to
 	// 1.37 does; see ResizesInPlace.
 	InPlaceNodeResourceResize bool
+
+	// RestartResetsReadiness: a restart of this release's kubelet sets
+	// every running container's ready status to false until its readiness
+	// probe passes again, whatever its gates (1.34). From 1.35 the ready
+	// status survives the restart unless
+	// GateChangeContainerStatusOnKubeletRestart is on; see
+	// ResetsReadinessOnRestart.
+	RestartResetsReadiness bool
 }
 
 // String names the release: "kubelet 1.37 (tested v1.37.2)".
@@ -188,6 +198,15 @@ func (r *Release) Enabled(featureGates map[string]bool, name string) bool {
 // EvictionHardDefault returns a copy of the release's hard eviction
 // defaults.
 func (r *Release) EvictionHardDefault() map[string]string { return maps.Clone(r.EvictionHard) }
+
+// ResetsReadinessOnRestart says whether restarting a kubelet of this
+// release with featureGates takes every running pod with a readiness probe
+// out of its Services' endpoints until the probe passes again: always on
+// 1.34, on 1.35 and later only with ChangeContainerStatusOnKubeletRestart
+// (deprecated, off by default) turned on.
+func (r *Release) ResetsReadinessOnRestart(featureGates map[string]bool) bool {
+	return r.RestartResetsReadiness || r.Enabled(featureGates, GateChangeContainerStatusOnKubeletRestart)
+}
 
 // ResizesInPlace says whether a kubelet of this release with featureGates
 // follows the machine's CPUs and memory itself, so that hotplugd steps

@@ -7,6 +7,11 @@ const (
 	GateInPlacePodVerticalScalingExclusiveCPUs = "InPlacePodVerticalScalingExclusiveCPUs"
 	GateCPUManagerPolicyAlphaOptions           = "CPUManagerPolicyAlphaOptions"
 	GateCPUManagerPolicyBetaOptions            = "CPUManagerPolicyBetaOptions"
+	// GateChangeContainerStatusOnKubeletRestart (1.35 on, deprecated and
+	// off by default) brings back what every 1.34 kubelet does at a
+	// restart: every running container's ready status is reset to false
+	// until its readiness probe passes again (KEP-4781's fix changed it).
+	GateChangeContainerStatusOnKubeletRestart = "ChangeContainerStatusOnKubeletRestart"
 
 	OptFullPCPUsOnly             = "full-pcpus-only"
 	OptDistributeCPUsAcrossNUMA  = "distribute-cpus-across-numa"
@@ -51,6 +56,10 @@ var releases = []*Release{
 			OptFullPCPUsOnly:             GA,
 		},
 		EvictionHard: evictionHard,
+		// A 1.34 kubelet resets the readiness of every running container
+		// when it restarts (pkg/kubelet/prober: a new prober manager starts
+		// every result at its initial value; KEP-4781 fixed it in 1.35).
+		RestartResetsReadiness: true,
 	},
 	{
 		Minor:    35,
@@ -63,6 +72,7 @@ var releases = []*Release{
 			GateInPlacePodVerticalScalingExclusiveCPUs: {Alpha, false, false},
 			GateCPUManagerPolicyAlphaOptions:           {Alpha, false, false},
 			GateCPUManagerPolicyBetaOptions:            {Beta, true, false},
+			GateChangeContainerStatusOnKubeletRestart:  {Deprecated, false, false},
 		},
 		CPUManagerOptions: map[string]Stage{
 			OptAlignBySocket:             Alpha,
@@ -86,6 +96,7 @@ var releases = []*Release{
 			GateInPlacePodVerticalScalingExclusiveCPUs: {Alpha, false, false},
 			GateCPUManagerPolicyAlphaOptions:           {Alpha, false, false},
 			GateCPUManagerPolicyBetaOptions:            {Beta, true, false},
+			GateChangeContainerStatusOnKubeletRestart:  {Deprecated, false, false},
 		},
 		CPUManagerOptions: map[string]Stage{
 			OptAlignBySocket:             Alpha,
@@ -110,6 +121,7 @@ var releases = []*Release{
 			GateInPlacePodVerticalScalingExclusiveCPUs: {Alpha, false, false},
 			GateCPUManagerPolicyAlphaOptions:           {Alpha, false, false},
 			GateCPUManagerPolicyBetaOptions:            {Beta, true, false},
+			GateChangeContainerStatusOnKubeletRestart:  {Deprecated, false, false},
 		},
 		CPUManagerOptions: map[string]Stage{
 			OptAlignBySocket:             Alpha,

@@ -35,6 +35,14 @@ const (
 	// machine with its configuration, so it was not restarted (condition
 	// True; Warning Event in the kubelet's words).
 	ReasonKubeletWouldRefuse = "KubeletWouldRefuse"
+	// ReasonRestartWithheld: a restart would help, but hotplugd cannot
+	// judge what it would start (a configuration, command line or binary
+	// changed since the kubelet started, a unit masked or awaiting
+	// daemon-reload, a state file it cannot judge, no hotplugd preflight in
+	// the kubelet's start) or what it would do to running pods (readiness
+	// reset): not restarted (condition True; Warning Event saying why and
+	// what to do).
+	ReasonRestartWithheld = "RestartWithheld"
 )
 
 // The annotations hotplugd owns on its Node; nothing else under the prefix

@@ -2,6 +2,7 @@ package remedy
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hotplugd/hotplugd/pkg/journal"
@@ -55,6 +56,10 @@ type Inputs struct {
 	// rate limit between attempts.
 	LastAttempt time.Time
 	Interval    time.Duration
+	// Restarts are the restarts asked for in the last 24 hours (the
+	// journal's), MaxPerDay their bound (0: none).
+	Restarts  []time.Time
+	MaxPerDay int
 	// InPlaceResize is true when the kubelet follows the machine's CPUs
 	// and memory itself (kubeletversion.Release.ResizesInPlace: a release
 	// with the InPlaceNodeResourceResize gate of KEP-3953, with the gate
@@ -100,6 +105,17 @@ func (p Plan) String() string {
 	return fmt.Sprintf("%s until %s: %s", p.Action, p.At.UTC().Format(time.RFC3339Nano), p.Why)
 }
 
+// checkOnce turns a wait that holds a restart back into ActionCheck once
+// per key: the wait is against restart loops, and a finding that no
+// restart can help restarts nothing and is reported now.
+func checkOnce(p Plan, in Inputs) Plan {
+	if in.Checked != in.Key {
+		p.Action = ActionCheck
+		p.Why += "; checking now whether a restart could help at all"
+	}
+	return p
+}
+
 // Decide is the remedy policy.
 func Decide(in Inputs) Plan {
 	sig := in.Drift.Significant()
@@ -134,12 +150,13 @@ func Decide(in Inputs) Plan {
 	case !in.LastAttempt.IsZero() && in.Now.Before(in.LastAttempt.Add(in.Interval)):
 		p.Action, p.At = ActionWait, in.LastAttempt.Add(in.Interval)
 		p.Why = fmt.Sprintf("rate limited: one attempt per %v, the last at %s", in.Interval, in.LastAttempt.UTC().Format(time.RFC3339))
-		if in.Checked != in.Key {
-			// The rate limit is against restart loops; a finding that no
-			// restart can help restarts nothing and is reported now.
-			p.Action = ActionCheck
-			p.Why += "; checking now whether a restart could help at all"
-		}
+		p = checkOnce(p, in)
+	case in.MaxPerDay > 0 && len(in.Restarts) >= in.MaxPerDay:
+		// The oldest restart in the window leaves it first.
+		oldest := slices.MinFunc(in.Restarts, time.Time.Compare)
+		p.Action, p.At = ActionWait, oldest.Add(24*time.Hour)
+		p.Why = fmt.Sprintf("daily budget spent: %d kubelet restarts in the last 24 hours (at most %d)", len(in.Restarts), in.MaxPerDay)
+		p = checkOnce(p, in)
 	default:
 		p.Action, p.Why = ActionRestart, sig.String()+" outlasted the settle time"
 	}

@@ -41,6 +41,20 @@ func TestDecide(t *testing.T) {
 		{"rate limited, checked", func(in *Inputs) { in.LastAttempt, in.Checked = t0.Add(-time.Minute), "k1" }, ActionWait, t0.Add(9 * time.Minute)},
 		{"rate limited, another key checked", func(in *Inputs) { in.LastAttempt, in.Checked = t0.Add(-time.Minute), "k0" }, ActionCheck, t0.Add(9 * time.Minute)},
 		{"rate limit over", func(in *Inputs) { in.LastAttempt = t0.Add(-10 * time.Minute) }, ActionRestart, time.Time{}},
+		// The daily budget: the oldest restart in the window frees it.
+		{"budget spent", func(in *Inputs) {
+			in.MaxPerDay, in.Restarts = 2, []time.Time{t0.Add(-3 * time.Hour), t0.Add(-5 * time.Hour)}
+		}, ActionCheck, t0.Add(19 * time.Hour)},
+		{"budget spent, checked", func(in *Inputs) {
+			in.MaxPerDay, in.Restarts, in.Checked = 2, []time.Time{t0.Add(-3 * time.Hour), t0.Add(-5 * time.Hour)}, "k1"
+		}, ActionWait, t0.Add(19 * time.Hour)},
+		{"budget left", func(in *Inputs) { in.MaxPerDay, in.Restarts = 2, []time.Time{t0.Add(-3 * time.Hour)} }, ActionRestart, time.Time{}},
+		{"no budget", func(in *Inputs) {
+			in.Restarts = []time.Time{t0.Add(-3 * time.Hour), t0.Add(-5 * time.Hour)}
+		}, ActionRestart, time.Time{}},
+		{"this key was withheld before", func(in *Inputs) {
+			in.Previous = &journal.Entry{Key: "k1", Start: t0.Add(-time.Hour), Outcome: OutcomeWithheld}
+		}, ActionReport, time.Time{}},
 		{"a kubelet that has just started", func(in *Inputs) { in.KubeletFresh = t0.Add(20 * time.Second) }, ActionWait, t0.Add(20 * time.Second)},
 		{"a kubelet that has had its time", func(in *Inputs) { in.KubeletFresh = t0.Add(5 * time.Second) }, ActionRestart, time.Time{}},
 		{"kubelet not remediable", func(in *Inputs) { in.Remediable, in.NotRemediable = false, "no kubelet running yet" }, ActionReport, time.Time{}},
