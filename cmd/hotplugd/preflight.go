@@ -154,6 +154,9 @@ decides the rules: hotplugd knows kubelet 1.34 to 1.37.
 Flags:
 %s`
 
+// runPreflightReport is preflight.Run; a seam for the test of a panic.
+var runPreflightReport = preflight.Run
+
 // exitPanic is preflight's exit status after a panic: not 2 (the kubelet
 // would refuse to start) nor 0, so that a person sees it failed; the
 // drop-in's "-" prefix keeps it from blocking the kubelet, as any status.
@@ -205,7 +208,7 @@ func runPreflight(args []string, stdout, stderr io.Writer) (code int) {
 		return 0
 	}
 	opts.Release, opts.Version, opts.DryRun, opts.AllowDrop, opts.Now = rel, v, o.DryRun, o.AllowDrop, time.Now()
-	rep := preflight.Run(snap, opts)
+	rep := runPreflightReport(snap, opts)
 	for _, w := range rep.Warnings() {
 		warnf(stderr, "%s", w)
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
+	"github.com/hotplugd/hotplugd/pkg/preflight"
+	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
 // preflightEnv is a machine with n CPUs, a kubelet root directory holding
@@ -222,5 +224,44 @@ func TestPreflightReportWriteFails(t *testing.T) {
 				t.Errorf("exit %d (want 2), stderr (want the error and the report):\n%s", code, stderr.String())
 			}
 		})
+	}
+}
+
+// TestPreflightPanicIsNotTheBlockCode (issue 19, point 3): a panic in
+// preflight exits 3, not 2 (which says the kubelet would refuse to start),
+// with the panic and what it means on stderr; the state file is untouched.
+func TestPreflightPanicIsNotTheBlockCode(t *testing.T) {
+	args, state, old := preflightEnv(t, 16)
+	defer func(f func(*topology.Snapshot, preflight.Options) preflight.Report) { runPreflightReport = f }(runPreflightReport)
+	runPreflightReport = func(*topology.Snapshot, preflight.Options) preflight.Report { panic("a bug") }
+	code, _, stderr := runCmd(args...)
+	if code != exitPanic {
+		t.Errorf("exit code %d, want %d", code, exitPanic)
+	}
+	for _, want := range []string{"internal error", "a bug", "the kubelet judges them at its start"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr)
+		}
+	}
+	if got, _ := os.ReadFile(state); !bytes.Equal(got, old) {
+		t.Error("state file changed")
+	}
+}
+
+// TestPreflightUnitUnreadable: --kubelet-unit without a systemd to ask
+// (here a bus address nobody listens on) checks nothing, changes nothing,
+// exits 0 with a warning that names the unit.
+func TestPreflightUnitUnreadable(t *testing.T) {
+	_, state, old := preflightEnv(t, 16)
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path="+filepath.Join(t.TempDir(), "no-bus"))
+	code, _, stderr := runCmd("preflight", "--kubelet-unit=kubelet.service", "--kubelet-version", "v1.36.3")
+	if code != 0 {
+		t.Errorf("exit code %d, want 0", code)
+	}
+	if !strings.Contains(stderr, "cannot read the kubelet's command line from its unit kubelet.service") || !strings.Contains(stderr, "checking nothing, changing nothing") {
+		t.Errorf("stderr:\n%s", stderr)
+	}
+	if got, _ := os.ReadFile(state); !bytes.Equal(got, old) {
+		t.Error("state file changed")
 	}
 }

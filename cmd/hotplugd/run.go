@@ -33,6 +33,7 @@ import (
 	"github.com/hotplugd/hotplugd/pkg/remedy"
 	"github.com/hotplugd/hotplugd/pkg/sdnotify"
 	"github.com/hotplugd/hotplugd/pkg/topology"
+	"github.com/hotplugd/hotplugd/pkg/uevent"
 )
 
 // runOptions are the flags of `hotplugd run`.
@@ -367,6 +368,13 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		if err != nil {
 			return err
 		}
+		// A memory capacity decrease is a hot-remove only after a memory
+		// block went offline or away; otherwise (a balloon) it is reported.
+		d.AddUeventHook(func(e uevent.Event) {
+			if e.Subsystem == "memory" && (e.Action == uevent.ActionOffline || e.Action == uevent.ActionRemove) {
+				rem.MemoryDown(time.Now())
+			}
+		})
 		// The kubelet is discovered before the first snapshot's prediction.
 		pred.kubelet(watch.Refresh(context.Background()))
 		d.AddHook(func(res daemon.Result) {

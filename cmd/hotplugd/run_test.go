@@ -27,10 +27,11 @@ func TestRunOptionsValidate(t *testing.T) {
 	}{
 		{"defaults (cluster, report)", nil, ""},
 		{"standalone", []string{"--standalone"}, ""},
-		{"restart with commands", []string{"--remedy", "restart-kubelet", "--kubelet-stop-command", "a", "--kubelet-start-command", "b"}, ""},
+		{"restart with a command", []string{"--remedy", "restart-kubelet", "--kubelet-restart-command", "rc-service kubelet restart"}, ""},
 		{"restart over systemd", []string{"--remedy=restart-kubelet", "--kubelet-unit", "kubelet"}, ""},
 		{"unknown remedy", []string{"--remedy", "reboot"}, `--remedy must be report or restart-kubelet, not "reboot"`},
-		{"stop without start", []string{"--kubelet-stop-command", "a"}, "go together"},
+		{"negative daily budget", []string{"--max-restarts-per-day", "-1"}, "--max-restarts-per-day must not be negative"},
+		{"no daily budget", []string{"--max-restarts-per-day", "0", "--allow-readiness-reset"}, ""},
 		{"bad memory delta", []string{"--min-memory-delta", "lots"}, `--min-memory-delta "lots"`},
 		{"negative memory delta", []string{"--min-memory-delta", "-1Mi"}, "must not be negative"},
 		{"zero timeout", []string{"--remedy-timeout", "0s"}, "--remedy-timeout must be positive"},
@@ -82,7 +83,7 @@ func TestRunHelp(t *testing.T) {
 		t.Errorf("exit code %d", code)
 	}
 	for _, flag := range []string{"--standalone", "--node-name", "--kubeconfig", "--remedy", "--settle", "--min-memory-delta",
-		"--kubelet-unit", "--kubelet-stop-command", "--dry-run", "--kube-api-qps", "KubeletCapacityStale", "--online-new-cpus"} {
+		"--kubelet-unit", "--kubelet-restart-command", "--max-restarts-per-day", "--allow-readiness-reset", "--dry-run", "--kube-api-qps", "KubeletCapacityStale", "--online-new-cpus"} {
 		if !strings.Contains(stderr, flag) {
 			t.Errorf("run --help does not mention %s", flag)
 		}

@@ -4,21 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
-// MaxOutput is how much of a command's combined output Commands keeps (the
+// MaxOutput is how much of the command's combined output Command keeps (the
 // end of it) for the log.
-const MaxOutput = 64 << 10
+const MaxOutput int64 = 64 << 10
 
 // errorOutput is how much of the end of the output an error carries.
 const errorOutput = 1 << 10
@@ -31,8 +30,9 @@ type CommandOptions struct {
 	// `supervisorctl restart kubelet`), whose start runs `hotplugd
 	// preflight` before the kubelet as the systemd drop-in does. A command
 	// that launches the kubelet itself must detach it from its output
-	// (e.g. `setsid kubelet ... >>/var/log/kubelet.log 2>&1 &`); a process
-	// left holding the output is not waited for.
+	// (e.g. `setsid kubelet ... >>/var/log/kubelet.log 2>&1 &`): the
+	// command's output goes to a memory file that a process left holding
+	// it would keep growing.
 	Restart string
 	// Log receives what is done and the command's output; nil means no
 	// logging.
@@ -50,9 +50,6 @@ type Command struct {
 
 	// Seams for tests.
 	shell string
-	// drainGrace is how long the output is read after the shell exited
-	// before a process that still holds it is given up on.
-	drainGrace time.Duration
 }
 
 // NewCommand checks that the command is given.
@@ -64,7 +61,7 @@ func NewCommand(o CommandOptions) (*Command, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Command{restart: o.Restart, log: log, shell: "/bin/sh", drainGrace: 2 * time.Second}, nil
+	return &Command{restart: o.Restart, log: log, shell: "/bin/sh"}, nil
 }
 
 // String names the controller for logs and events.
@@ -80,59 +77,49 @@ func (c *Command) Restart(ctx context.Context) error { return c.run(ctx, "restar
 
 // run runs `sh -c script` in a session of its own (setsid: no controlling
 // terminal, no signal sent to hotplugd's process group reaches it), with
-// stdin from /dev/null and stdout and stderr into one pipe. When ctx ends
-// first it is not killed: a restart is never cut between its stop and its
-// start; the caller only stops waiting.
+// stdin from /dev/null and stdout and stderr into one anonymous memory file
+// (memfd). When ctx ends first it is not killed: a restart is never cut
+// between its stop and its start; the caller only stops waiting.
 //
-// The pipe is ours rather than exec's: exec waits for every holder of its
-// pipe to close it, which a kubelet started in the background never does,
-// and closing it under that kubelet would kill it with SIGPIPE. Here the
-// reader drains the pipe until every writer closed it, or until drainGrace
-// after the shell exited; the pipe is then left to the garbage collector
-// (its read end is closed, a writer left gets EPIPE, which a kubelet
-// started with its output redirected never sees).
+// The output is a file, not a pipe: a pipe's reader is hotplugd, and a
+// command that writes after hotplugd died (rc-service prints between its
+// stop and its start) would die of SIGPIPE there. A memory file has no
+// reader to lose; it lives as long as a holder has it open, and the tail is
+// read back once the shell exited. A process the command leaves running
+// with its output not redirected (which it should not) keeps writing into
+// that file, never killed for it.
 func (c *Command) run(ctx context.Context, verb, script string) error {
 	log := c.log.With(zap.String("op", verb), zap.String("command", script))
-	r, w, err := os.Pipe()
+	out, err := memFile("hotplugd-" + verb)
 	if err != nil {
 		return fmt.Errorf("kubeletctl: %s command %q: %w", verb, script, err)
 	}
 	// Not CommandContext: nothing kills the restart once it has begun.
 	cmd := exec.Command(c.shell, "-c", script)
-	cmd.Stdout, cmd.Stderr = w, w
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	log.Info("running the " + verb + " command")
 	began := time.Now()
-	err = cmd.Start()
-	w.Close() // the children hold their copies
-	if err != nil {
-		r.Close()
+	if err := cmd.Start(); err != nil {
+		out.Close()
 		return fmt.Errorf("kubeletctl: %s command %q: %w", verb, script, err)
 	}
-	out := &tail{max: MaxOutput}
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		defer r.Close()
-		_, _ = io.Copy(out, r)
-	}()
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() {
+		exited <- cmd.Wait()
+	}()
 	var waitErr error
 	select {
 	case waitErr = <-exited:
 	case <-ctx.Done():
 		log.Warn("stopped waiting for the "+verb+" command: it goes on, detached", zap.Int("pid", cmd.Process.Pid))
+		// The command keeps its own copy of the file; ours goes once it
+		// has exited.
+		go func() { <-exited; out.Close() }()
 		return fmt.Errorf("kubeletctl: %s command %q: %w (the command goes on, detached, pid %d)", verb, script, ctx.Err(), cmd.Process.Pid)
 	}
-	grace := time.NewTimer(c.drainGrace)
-	select {
-	case <-drained:
-	case <-grace.C:
-		log.Warn("a process the command started still holds its output: not waiting for it; its output is discarded")
-	}
-	grace.Stop()
-	output, truncated := out.text()
+	output, truncated := readTail(out, MaxOutput)
+	out.Close()
 	fields := []zap.Field{zap.Duration("took", time.Since(began)), zap.String("output", output), zap.Bool("output_truncated", truncated)}
 	if waitErr != nil {
 		log.Warn("the "+verb+" command failed", append(fields, zap.Error(waitErr))...)
@@ -140,6 +127,32 @@ func (c *Command) run(ctx context.Context, verb, script string) error {
 	}
 	log.Info("the "+verb+" command succeeded", fields...)
 	return nil
+}
+
+// memFile is an anonymous file in memory (memfd_create), closed on exec in
+// hotplugd (exec gives the child its own descriptors 1 and 2).
+func memFile(name string) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "memfd:"+name), nil
+}
+
+// readTail reads the last max bytes of f (from its start: the file offset
+// is shared with the writers), and whether earlier bytes were left out.
+func readTail(f *os.File, max int64) (string, bool) {
+	fi, err := f.Stat()
+	if err != nil {
+		return "", false
+	}
+	size, off := fi.Size(), int64(0)
+	if size > max {
+		off = size - max
+	}
+	b := make([]byte, size-off)
+	n, _ := f.ReadAt(b, off)
+	return string(b[:n]), off > 0
 }
 
 // outputTail is the end of output for an error, on one line.
@@ -152,37 +165,4 @@ func outputTail(output string) string {
 		output = "..." + output[len(output)-errorOutput:]
 	}
 	return ", output: " + strconv.Quote(output)
-}
-
-// tail keeps the last max bytes written to it. It is written by the
-// goroutine reading the pipe while run may already read it.
-type tail struct {
-	mu        sync.Mutex
-	max       int
-	buf       []byte
-	truncated bool
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := len(p)
-	if len(p) >= t.max {
-		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
-		t.truncated = true
-		return n, nil
-	}
-	if over := len(t.buf) + len(p) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-		t.truncated = true
-	}
-	t.buf = append(t.buf, p...)
-	return n, nil
-}
-
-// text returns what is kept and whether earlier output was dropped.
-func (t *tail) text() (string, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf), t.truncated
 }

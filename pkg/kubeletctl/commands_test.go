@@ -5,58 +5,60 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap/zaptest"
 )
 
-func TestNewCommands(t *testing.T) {
+func TestNewCommand(t *testing.T) {
 	tests := []struct {
 		name    string
-		opts    CommandOptions
+		restart string
 		wantErr string // "" means no error
 	}{
-		{"both", CommandOptions{Stop: "rc-service kubelet stop", Start: "rc-service kubelet start"}, ""},
-		{"no stop", CommandOptions{Start: "true"}, "kubeletctl: commands: the stop command is empty"},
-		{"no start", CommandOptions{Stop: "true"}, "kubeletctl: commands: the start command is empty"},
-		{"blank", CommandOptions{Stop: " ", Start: "\t\n"}, "the stop and the start command is empty"},
+		{"given", "rc-service kubelet restart", ""},
+		{"empty", "", "kubeletctl: the restart command is empty"},
+		{"blank", " \t\n", "kubeletctl: the restart command is empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := NewCommands(tt.opts)
+			c, err := NewCommand(CommandOptions{Restart: tt.restart})
 			if tt.wantErr == "" {
 				if err != nil {
-					t.Fatalf("NewCommands: %v", err)
+					t.Fatalf("NewCommand: %v", err)
 				}
-				if got := c.String(); got != "commands" {
-					t.Errorf("String() = %q, want %q", got, "commands")
+				if got, want := c.String(), "restart command"; got != want {
+					t.Errorf("String() = %q, want %q", got, want)
 				}
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("NewCommands error = %v, want one containing %q", err, tt.wantErr)
+			if err == nil || err.Error() != tt.wantErr {
+				t.Fatalf("NewCommand error = %v, want %q", err, tt.wantErr)
 			}
 		})
 	}
 }
 
-func newTestCommands(t *testing.T, stop, start string) *Commands {
+func newTestCommand(t *testing.T, restart string) *Command {
 	t.Helper()
-	c, err := NewCommands(CommandOptions{Stop: stop, Start: start, Log: zaptest.NewLogger(t)})
+	c, err := NewCommand(CommandOptions{Restart: restart, Log: zaptest.NewLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-func TestCommandsRun(t *testing.T) {
+func TestCommandRestart(t *testing.T) {
 	tests := []struct {
 		name   string
 		script string
@@ -65,12 +67,12 @@ func TestCommandsRun(t *testing.T) {
 		// notInErr lists what it must not contain.
 		notInErr []string
 	}{
-		{name: "success", script: "echo stopping kubelet; exit 0"},
+		{name: "success", script: "echo restarting kubelet; exit 0"},
 		{name: "no output", script: "true"},
 		{
 			name:    "failure carries status and output",
 			script:  "echo on stdout; echo on stderr >&2; exit 3",
-			wantErr: []string{`kubeletctl: stop command "echo on stdout; echo on stderr >&2; exit 3": exit status 3`, `output: "on stdout\non stderr"`},
+			wantErr: []string{`kubeletctl: restart command "echo on stdout; echo on stderr >&2; exit 3": exit status 3`, `output: "on stdout\non stderr"`},
 		},
 		{
 			name:    "failure without output",
@@ -88,19 +90,23 @@ func TestCommandsRun(t *testing.T) {
 			script:  "no-such-command-kubeletctl",
 			wantErr: []string{"exit status 127", "no-such-command-kubeletctl: not found"},
 		},
+		{
+			name:    "killed by a signal",
+			script:  "kill -KILL $$",
+			wantErr: []string{"signal: killed, no output"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newTestCommands(t, tt.script, "true")
-			err := c.Stop(t.Context())
+			err := newTestCommand(t, tt.script).Restart(t.Context())
 			if tt.wantErr == nil {
 				if err != nil {
-					t.Fatalf("Stop: %v", err)
+					t.Fatalf("Restart: %v", err)
 				}
 				return
 			}
 			if err == nil {
-				t.Fatal("Stop succeeded, want an error")
+				t.Fatal("Restart succeeded, want an error")
 			}
 			for _, s := range tt.wantErr {
 				if !strings.Contains(err.Error(), s) {
@@ -119,99 +125,168 @@ func TestCommandsRun(t *testing.T) {
 	}
 }
 
-// TestCommandsStartStop checks that each method runs its own command.
-func TestCommandsStartStop(t *testing.T) {
-	dir := t.TempDir()
-	record := filepath.Join(dir, "record")
-	c := newTestCommands(t, "echo stop >>"+record, "echo start >>"+record)
-	if err := c.Stop(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(t.Context()); err != nil {
-		t.Fatal(err)
+// TestCommandRunsOnce checks that one Restart runs the command once, with
+// stdin from /dev/null.
+func TestCommandRunsOnce(t *testing.T) {
+	record := filepath.Join(t.TempDir(), "record")
+	c := newTestCommand(t, "cat >>"+record+"; echo restart >>"+record)
+	if err := c.Restart(t.Context()); err != nil {
+		t.Fatalf("Restart: %v", err)
 	}
 	b, err := os.ReadFile(record)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff("stop\nstart\n", string(b)); diff != "" {
-		t.Errorf("commands run (-want +got):\n%s", diff)
+	if got, want := string(b), "restart\n"; got != want {
+		t.Errorf("the command wrote %q, want %q", got, want)
 	}
 }
 
-// TestCommandsClose: Commands holds nothing, but is an io.Closer like
-// Systemd so that the caller can close whichever controller it got; it
+// TestCommandClose: Command holds nothing, but is an io.Closer like
+// Systemd so that the caller can close whichever Restarter it got; it
 // still works after Close.
-func TestCommandsClose(t *testing.T) {
+func TestCommandClose(t *testing.T) {
 	record := filepath.Join(t.TempDir(), "record")
-	var c io.Closer = newTestCommands(t, "echo stop >>"+record, "true")
+	var c io.Closer = newTestCommand(t, "echo restart >>"+record)
 	if err := c.Close(); err != nil {
 		t.Errorf("Close() = %v", err)
 	}
 	if err := c.Close(); err != nil {
 		t.Errorf("second Close() = %v", err)
 	}
-	if err := c.(*Commands).Stop(t.Context()); err != nil {
-		t.Errorf("Stop after Close: %v", err)
+	if err := c.(*Command).Restart(t.Context()); err != nil {
+		t.Errorf("Restart after Close: %v", err)
+	}
+	if _, err := os.Stat(record); err != nil {
+		t.Errorf("the command did not run after Close: %v", err)
 	}
 }
 
-func TestCommandsTimeout(t *testing.T) {
-	c := newTestCommands(t, "true", "sleep 100")
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
-	defer cancel()
-	began := time.Now()
-	err := c.Start(ctx)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Start = %v, want an error matching context.DeadlineExceeded", err)
+// TestCommandCancelGoesOn ends Restart's ctx while the command runs:
+// Restart returns at once, saying so, and the command is neither killed nor
+// cut short. The command writes its pid to one FIFO, then waits on another
+// (the gate) before it writes the marker, so that the test knows it runs
+// and that it has not ended when Restart returns.
+//
+// It runs in a synctest bubble, where the goroutines Restart leaves behind
+// (one waiting for the shell, one draining its output) are the bubble's: a
+// goroutine in a system call or waiting for I/O is not durably blocked, so
+// synctest.Wait returns once both ended, i.e. once the command exited.
+func TestCommandCancelGoesOn(t *testing.T) {
+	dir := t.TempDir()
+	started, gate, marker := filepath.Join(dir, "started"), filepath.Join(dir, "gate"), filepath.Join(dir, "marker")
+	for _, fifo := range []string{started, gate} {
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if !strings.Contains(err.Error(), "killed its process group") {
-		t.Errorf("error %q does not say the command was killed", err)
-	}
-	// A bound for a broken kill, far below the command's 100s.
-	if took := time.Since(began); took > 10*time.Second {
-		t.Errorf("Start returned after %v", took)
-	}
+	script := "echo $$ >" + started + "; read line <" + gate + "; echo $line >" + marker
+
+	// The bubble's clock stands still while a process runs, so nothing in
+	// the bubble can bound a wait for the command. This watchdog, outside
+	// it, kills the shell after a minute of real time should Restart wait
+	// for it: the test then fails rather than hangs.
+	var shell atomic.Int64
+	watchdog := time.AfterFunc(time.Minute, func() {
+		if pid := shell.Load(); pid > 0 {
+			_ = syscall.Kill(int(pid), syscall.SIGKILL)
+		}
+	})
+	defer watchdog.Stop()
+
+	synctest.Test(t, func(t *testing.T) {
+		c := newTestCommand(t, script)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		returned := make(chan error, 1)
+		go func() { returned <- c.Restart(ctx) }()
+
+		pid := readPID(t, started) // the shell runs once it wrote its pid
+		shell.Store(int64(pid))
+		cancel()
+		err := <-returned
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Restart = %v, want an error matching context.Canceled", err)
+		}
+		for _, want := range []string{`kubeletctl: restart command "echo $$ >`, "the command goes on, detached, pid " + strconv.Itoa(pid)} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not contain %q", err, want)
+			}
+		}
+
+		// The shell waits at the gate: Restart did not wait for it, and
+		// did not kill it.
+		if state := procState(pid); state == "" || state == "Z" {
+			t.Fatalf("the command (pid %d) ended with Restart's ctx (state %q), want it running", pid, state)
+		}
+		if _, err := os.Stat(marker); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("marker before the gate opened: %v", err)
+		}
+		// Opening the gate blocks until the shell opens its end.
+		if err := os.WriteFile(gate, []byte("finished\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the command ran to its end
+		b, err := os.ReadFile(marker)
+		if err != nil {
+			t.Fatalf("the command did not run to its end after Restart returned: %v", err)
+		}
+		if got, want := string(b), "finished\n"; got != want {
+			t.Errorf("marker = %q, want %q", got, want)
+		}
+	})
 }
 
-// TestCommandsCancelKillsProcessGroup cancels a command whose shell waits
-// for a child it started in the background: the child, in the shell's
-// process group, must die too.
-func TestCommandsCancelKillsProcessGroup(t *testing.T) {
-	fifo := filepath.Join(t.TempDir(), "pid")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+// TestCommandOwnSession checks that the command runs in a session and a
+// process group of its own, without a controlling terminal: a signal to
+// hotplugd's process group (a terminal's ^C, a kill of the group) does not
+// reach it. The shell copies its own /proc/<pid>/stat.
+func TestCommandOwnSession(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "stat")
+	if err := newTestCommand(t, "cat /proc/$$/stat >"+out).Restart(t.Context()); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
 		t.Fatal(err)
 	}
-	c := newTestCommands(t, "sleep 100 & echo $! >"+fifo+"; wait", "true")
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	returned := make(chan error, 1)
-	go func() { returned <- c.Stop(ctx) }()
-
-	pid := readPID(t, fifo) // the child runs once the shell wrote its pid
-	// Leave nothing behind should the test fail.
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-	cancel()
-	select {
-	case err := <-returned:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("Stop = %v, want an error matching context.Canceled", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Stop did not return after ctx was canceled")
+	cmd, err := parseProcStat(string(b))
+	if err != nil {
+		t.Fatal(err)
 	}
-	waitGone(t, pid)
+	b, err = os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := parseProcStat(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the command: %+v; the test: %+v", cmd, self)
+	if cmd.session != cmd.pid || cmd.pgrp != cmd.pid {
+		t.Errorf("the shell (pid %d) is in session %d, process group %d: want it the leader of both", cmd.pid, cmd.session, cmd.pgrp)
+	}
+	if cmd.session == self.session || cmd.pgrp == self.pgrp {
+		t.Errorf("the shell is in session %d, process group %d; the test in %d, %d: want them apart", cmd.session, cmd.pgrp, self.session, self.pgrp)
+	}
+	if cmd.ttyNr != 0 {
+		t.Errorf("the shell has controlling terminal %#x, want none", cmd.ttyNr)
+	}
 }
 
-// TestCommandsBackgroundHolder runs a start command that leaves a process
-// holding its output (a kubelet started with `&`): Start returns once the
+// TestCommandBackgroundHolder runs a restart command that leaves a process
+// holding its output (a kubelet started with `&`): Restart returns once the
 // shell exited, and the process is left alone.
-func TestCommandsBackgroundHolder(t *testing.T) {
+func TestCommandBackgroundHolder(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	c := newTestCommands(t, "true", "sleep 100 & echo $! >"+pidFile+"; echo started")
-	c.drainGrace = 10 * time.Millisecond
-	if err := c.Start(t.Context()); err != nil {
-		t.Fatalf("Start: %v", err)
+	c := newTestCommand(t, "sleep 100 & echo $! >"+pidFile+"; echo started")
+	began := time.Now()
+	if err := c.Restart(t.Context()); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	// A bound far below the holder's 100s.
+	if took := time.Since(began); took > 10*time.Second {
+		t.Errorf("Restart returned after %v", took)
 	}
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
@@ -248,6 +323,39 @@ func readPID(t *testing.T, fifo string) int {
 	return pid
 }
 
+// procStat is what the tests read of /proc/<pid>/stat (proc_pid_stat(5)).
+type procStat struct {
+	pid   int
+	state string
+	// pgrp and session are fields 5 and 6, ttyNr field 7 (0: no
+	// controlling terminal).
+	pgrp, session, ttyNr int
+}
+
+// parseProcStat parses a /proc/<pid>/stat line: pid (comm) state ppid pgrp
+// session tty_nr ..., where comm may contain spaces and parentheses.
+func parseProcStat(s string) (procStat, error) {
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return procStat{}, errors.New("proc stat: no (comm) in " + strconv.Quote(s))
+	}
+	f := strings.Fields(s[end+1:])
+	if len(f) < 5 {
+		return procStat{}, errors.New("proc stat: too few fields in " + strconv.Quote(s))
+	}
+	var p procStat
+	var errs [4]error
+	p.pid, errs[0] = strconv.Atoi(strings.TrimSpace(s[:open]))
+	p.state = f[0]
+	p.pgrp, errs[1] = strconv.Atoi(f[2])
+	p.session, errs[2] = strconv.Atoi(f[3])
+	p.ttyNr, errs[3] = strconv.Atoi(f[4])
+	if err := errors.Join(errs[:]...); err != nil {
+		return procStat{}, errors.New("proc stat: " + err.Error() + " in " + strconv.Quote(s))
+	}
+	return p, nil
+}
+
 // procState is the state letter in /proc/pid/stat, or "" when there is no
 // such process.
 func procState(pid int) string {
@@ -255,13 +363,11 @@ func procState(pid int) string {
 	if err != nil {
 		return ""
 	}
-	// pid (comm) state ...; comm may contain spaces and parentheses.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
+	p, err := parseProcStat(string(b))
+	if err != nil {
 		return ""
 	}
-	return s[i+2 : i+3]
+	return p.state
 }
 
 // waitGone waits until pid is dead: gone, or a zombie its new parent has
@@ -281,32 +387,112 @@ func waitGone(t *testing.T, pid int) {
 	}
 }
 
-func TestTail(t *testing.T) {
+func TestParseProcStat(t *testing.T) {
 	tests := []struct {
-		name          string
-		writes        []string
-		want          string
-		wantTruncated bool
+		name    string
+		line    string
+		want    procStat
+		wantErr bool
 	}{
-		{"nothing", nil, "", false},
-		{"fits", []string{"ab", "cd"}, "abcd", false},
-		{"exactly full", []string{"ab", "cde"}, "abcde", false},
-		{"drops the oldest", []string{"abc", "def"}, "bcdef", true},
-		{"one large write", []string{"a", "0123456789"}, "56789", true},
-		{"large then small", []string{"0123456789", "xy"}, "789xy", true},
+		{
+			name: "shell",
+			line: "4242 (sh) S 4241 4242 4242 0 -1 4194560 120 0 0 0 0 0 0 0 20 0 1 0 1234 2666496 224 18446744073709551615\n",
+			want: procStat{pid: 4242, state: "S", pgrp: 4242, session: 4242, ttyNr: 0},
+		},
+		{
+			name: "comm with spaces and parentheses",
+			line: "17 (a (b) c) R 1 16 15 34816 17 4194304\n",
+			want: procStat{pid: 17, state: "R", pgrp: 16, session: 15, ttyNr: 34816},
+		},
+		{name: "no comm", line: "17 R 1 16 15 0", wantErr: true},
+		{name: "truncated", line: "17 (sh) S 1 16", wantErr: true},
+		{name: "not a number", line: "17 (sh) S 1 x 15 0", wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := &tail{max: 5}
-			for _, w := range tt.writes {
-				if n, err := b.Write([]byte(w)); n != len(w) || err != nil {
-					t.Fatalf("Write(%q) = %d, %v", w, n, err)
+			got, err := parseProcStat(tt.line)
+			if tt.wantErr {
+				if err == nil {
+					t.Fatalf("parseProcStat = %+v, want an error", got)
 				}
+				return
 			}
-			got, truncated := b.text()
-			if got != tt.want || truncated != tt.wantTruncated {
-				t.Errorf("text() = %q, %v, want %q, %v", got, truncated, tt.want, tt.wantTruncated)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("parseProcStat = %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestReadTail(t *testing.T) {
+	tests := []struct {
+		name          string
+		content       string
+		want          string
+		wantTruncated bool
+	}{
+		{"nothing", "", "", false},
+		{"fits", "abcd", "abcd", false},
+		{"exactly full", "abcde", "abcde", false},
+		{"drops the oldest", "abcdef", "bcdef", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := memFile("test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteString(tt.content); err != nil {
+				t.Fatal(err)
+			}
+			got, truncated := readTail(f, 5)
+			if got != tt.want || truncated != tt.wantTruncated {
+				t.Errorf("readTail = %q, %v, want %q, %v", got, truncated, tt.want, tt.wantTruncated)
+			}
+		})
+	}
+}
+
+// TestCommandOutlivesHotplugd: a restart command that writes after the
+// process that started it is gone (rc-service prints between its stop and
+// its start) runs to its end: its output is no pipe whose reader died. The
+// starter is a child process (the test binary, re-run as a helper) that
+// starts the command and exits at once.
+func TestCommandOutlivesHotplugd(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "started")
+	if os.Getenv("HOTPLUGD_TEST_STARTER") == "1" {
+		c, err := NewCommand(CommandOptions{Restart: os.Getenv("HOTPLUGD_TEST_SCRIPT")})
+		if err != nil {
+			os.Exit(3)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { time.Sleep(100 * time.Millisecond); cancel() }()
+		_ = c.Restart(ctx)
+		os.Exit(0) // hotplugd dies; the command is mid-way
+	}
+	script := "sleep 0.5; echo stopped the kubelet; echo started the kubelet >&2; echo done >" + marker
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCommandOutlivesHotplugd$")
+	cmd.Env = append(os.Environ(), "HOTPLUGD_TEST_STARTER=1", "HOTPLUGD_TEST_SCRIPT="+script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("starter: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command finished before its starter exited: the test proves nothing")
+	}
+	// A bound for a command that takes half a second.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if b, err := os.ReadFile(marker); err == nil && strings.TrimSpace(string(b)) == "done" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the restart command died with its starter: it never wrote its marker")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -63,12 +62,9 @@ type Systemd struct {
 // rather than on the first restart. ctx bounds the connection and the check,
 // not the life of the connection. Call Close when done.
 func NewSystemd(ctx context.Context, o SystemdOptions) (*Systemd, error) {
-	unit := o.Unit
+	unit := ParseUnitName(o.Unit)
 	if unit == "" {
 		unit = DefaultUnit
-	}
-	if !strings.Contains(unit, ".") {
-		unit += ".service"
 	}
 	address := o.BusAddress
 	if address == "" {
@@ -103,9 +99,9 @@ func (s *Systemd) String() string {
 	return "systemd unit " + s.unit
 }
 
-// Close closes the bus connection; Stop and Start fail afterwards. It may
-// be called more than once, and always returns nil (io.Closer). A job
-// already queued keeps running in systemd.
+// Close closes the bus connection; Restart, Stop, Start and Inspect fail
+// afterwards. It may be called more than once, and always returns nil
+// (io.Closer). A job already queued keeps running in systemd.
 func (s *Systemd) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -282,7 +278,7 @@ func (s *Systemd) connection(ctx context.Context) (*sdbus.Conn, error) {
 	}
 	conn, err := sdbus.NewConnection(func() (*dbus.Conn, error) { return dial(ctx, s.address) })
 	if err != nil {
-		return nil, fmt.Errorf("kubeletctl: connect to systemd on the bus at %s: %w (is D-Bus running on the host? a pod needs the host's /run/dbus/system_bus_socket mounted and root; hosts without systemd need the commands controller)", s.address, err)
+		return nil, fmt.Errorf("kubeletctl: connect to systemd on the bus at %s: %w (is D-Bus running on the host? a pod needs the host's /run/dbus/system_bus_socket mounted and root; hosts without systemd need a restart command, --kubelet-restart-command)", s.address, err)
 	}
 	s.conn = conn
 	return conn, nil

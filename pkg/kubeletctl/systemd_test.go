@@ -58,8 +58,9 @@ func startBus(t *testing.T) *testBus {
 	dir := t.TempDir()
 	socket := filepath.Join(dir, "bus")
 	// A socket path must fit in 108 bytes; t.TempDir's can be longer under
-	// a long TMPDIR.
-	if len(socket) > 100 {
+	// a long TMPDIR. And it goes into a D-Bus address as it is, where a
+	// character of the test's name such as ',' or '=' would need escaping.
+	if len(socket) > 100 || strings.ContainsFunc(socket, needsAddressEscape) {
 		d, err := os.MkdirTemp("", "kubeletctl")
 		if err != nil {
 			t.Fatal(err)
@@ -68,6 +69,12 @@ func startBus(t *testing.T) *testBus {
 		socket = filepath.Join(d, "bus")
 	}
 	return startBusAt(t, socket)
+}
+
+// needsAddressEscape tells whether r must be escaped in a D-Bus address
+// value (the D-Bus specification's "optionally-escaped bytes" need not).
+func needsAddressEscape(r rune) bool {
+	return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_/.\\*", r))
 }
 
 // startBusAt starts a dbus-daemon listening on socket.
@@ -134,8 +141,8 @@ func (b *testBus) stop(t *testing.T) {
 	}
 }
 
-// fakeSystemd answers the calls go-systemd makes for Systemd: StartUnit and
-// StopUnit on org.freedesktop.systemd1.Manager, and Properties.Get of
+// fakeSystemd answers the calls go-systemd makes for Systemd: StartUnit,
+// StopUnit and RestartUnit on org.freedesktop.systemd1.Manager, and Properties.Get of
 // org.freedesktop.systemd1.Unit LoadState and ActiveState on the units'
 // objects, and sends JobRemoved when a job ends, as systemd does.
 type fakeSystemd struct {
@@ -149,18 +156,23 @@ type fakeSystemd struct {
 	result string
 	// hold leaves jobs queued forever: no JobRemoved, no state change.
 	hold bool
-	// callErr, when set, is the answer to StartUnit and StopUnit.
+	// callErr, when set, is the answer to StartUnit, StopUnit and
+	// RestartUnit.
 	callErr *dbus.Error
-	// activating is how many ActiveState reads after a start answer
-	// "activating" before "active"; -1 means forever.
+	// activating is how many ActiveState reads after a start or restart
+	// answer "activating" before "active"; -1 means forever.
 	activating int
-	// afterStart, when set, is the ActiveState after a start job is done.
+	// afterStart, when set, is the ActiveState after a start or restart
+	// job is done.
 	afterStart string
 }
 
 type fakeUnit struct {
 	active     string
 	activating int // reads of ActiveState left answering "activating"
+	// masked makes systemd refuse to start or restart the unit, as it
+	// does for a unit linked to /dev/null.
+	masked bool
 }
 
 // newFakeSystemd connects to the bus at address, takes systemd's name and
@@ -221,6 +233,9 @@ func (f *fakeSystemd) job(verb, name, mode string) (dbus.ObjectPath, *dbus.Error
 	if !ok {
 		return "", dbus.NewError("org.freedesktop.systemd1.NoSuchUnit", []any{"Unit " + name + " not found."})
 	}
+	if u.masked && verb != "StopUnit" {
+		return "", dbus.NewError("org.freedesktop.systemd1.UnitMasked", []any{"Unit " + name + " is masked."})
+	}
 	f.jobs++
 	id := f.jobs
 	path := dbus.ObjectPath(fmt.Sprintf("/org/freedesktop/systemd1/job/%d", id))
@@ -231,16 +246,18 @@ func (f *fakeSystemd) job(verb, name, mode string) (dbus.ObjectPath, *dbus.Error
 	if result == "" {
 		result = "done"
 	}
+	// A restart job ends as a start job does.
+	starts := verb == "StartUnit" || verb == "RestartUnit"
 	switch {
 	case verb == "StopUnit" && result == "done":
 		u.active = "inactive"
-	case verb == "StartUnit" && result == "done" && f.afterStart != "":
+	case starts && result == "done" && f.afterStart != "":
 		u.active = f.afterStart
-	case verb == "StartUnit" && result == "done" && f.activating != 0:
+	case starts && result == "done" && f.activating != 0:
 		u.active, u.activating = "activating", f.activating
-	case verb == "StartUnit" && result == "done":
+	case starts && result == "done":
 		u.active = "active"
-	case verb == "StartUnit":
+	case starts:
 		u.active = "failed"
 	}
 	// systemd answers the call, runs the job, then signals its end.
@@ -259,6 +276,10 @@ func (m fakeManager) StartUnit(name, mode string) (dbus.ObjectPath, *dbus.Error)
 
 func (m fakeManager) StopUnit(name, mode string) (dbus.ObjectPath, *dbus.Error) {
 	return m.f.job("StopUnit", name, mode)
+}
+
+func (m fakeManager) RestartUnit(name, mode string) (dbus.ObjectPath, *dbus.Error) {
+	return m.f.job("RestartUnit", name, mode)
 }
 
 // fakeUnitObject is org.freedesktop.DBus.Properties on every unit object.
@@ -358,6 +379,118 @@ func TestSystemdSystemBus(t *testing.T) {
 	}
 }
 
+// op is the method of s named "stop", "start" or "restart".
+func op(s *Systemd, name string) func(context.Context) error {
+	switch name {
+	case "stop":
+		return s.Stop
+	case "start":
+		return s.Start
+	case "restart":
+		return s.Restart
+	}
+	panic("no operation " + name)
+}
+
+// TestSystemdUnitName checks that NewSystemd names the unit as systemctl
+// does: a name without a unit type's suffix is a service, even one with
+// dots in it.
+func TestSystemdUnitName(t *testing.T) {
+	bus := startBus(t)
+	newFakeSystemd(t, bus.address, map[string]string{
+		"kubelet.service":                       "active",
+		"snap.kubelite.daemon-kubelite.service": "active",
+		"kubelet.socket":                        "active",
+	})
+	tests := []struct{ name, in, want string }{
+		{"default", "", "kubelet.service"},
+		{"no suffix", "kubelet", "kubelet.service"},
+		{"service", "kubelet.service", "kubelet.service"},
+		{"dots but no suffix", "snap.kubelite.daemon-kubelite", "snap.kubelite.daemon-kubelite.service"},
+		{"another type", "kubelet.socket", "kubelet.socket"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := NewSystemd(t.Context(), SystemdOptions{Unit: tt.in, BusAddress: bus.address})
+			if err != nil {
+				t.Fatalf("NewSystemd: %v", err)
+			}
+			defer s.Close()
+			if got := s.Unit(); got != tt.want {
+				t.Errorf("Unit() = %q, want %q", got, tt.want)
+			}
+			if got, want := s.String(), "systemd unit "+tt.want; got != want {
+				t.Errorf("String() = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestSystemdRestart checks what Restart makes of systemd's answer, its
+// job's result and the unit's state once the job is done.
+func TestSystemdRestart(t *testing.T) {
+	tests := []struct {
+		name       string
+		change     func(f *fakeSystemd) // the fake's behaviour; nil for the normal course
+		wantErr    []string             // what the error contains; nil means success
+		wantActive string               // the unit's ActiveState afterwards
+	}{
+		{
+			name:       "job done, unit active",
+			wantActive: "active",
+		},
+		{
+			name:       "activating a while",
+			change:     func(f *fakeSystemd) { f.activating = 3 },
+			wantActive: "active",
+		},
+		{
+			name:       "job failed",
+			change:     func(f *fakeSystemd) { f.result = "failed" },
+			wantErr:    []string{`kubeletctl: restart kubelet.service: job 1 finished with result "failed", not "done" (see journalctl -u kubelet.service)`},
+			wantActive: "failed",
+		},
+		{
+			name:       "job done, unit failed",
+			change:     func(f *fakeSystemd) { f.afterStart = "failed" },
+			wantErr:    []string{"kubeletctl: restart kubelet.service: job 1 done, but the unit is failed (see journalctl -u kubelet.service)"},
+			wantActive: "failed",
+		},
+		{
+			name:       "masked",
+			change:     func(f *fakeSystemd) { f.units["kubelet.service"].masked = true },
+			wantErr:    []string{"kubeletctl: restart kubelet.service: the unit is masked (systemctl unmask kubelet.service)", "Unit kubelet.service is masked."},
+			wantActive: "active",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, fake, _ := newTestSystemd(t)
+			if tt.change != nil {
+				fake.set(tt.change)
+			}
+			err := s.Restart(t.Context())
+			switch {
+			case tt.wantErr == nil && err != nil:
+				t.Errorf("Restart: %v", err)
+			case tt.wantErr != nil && err == nil:
+				t.Errorf("Restart succeeded, want an error")
+			}
+			for _, want := range tt.wantErr {
+				if err != nil && !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q", err, want)
+				}
+			}
+			if diff := cmp.Diff([]string{"RestartUnit kubelet.service replace"}, fake.managerCalls()); diff != "" {
+				t.Errorf("unexpected calls to systemd (-want +got):\n%s", diff)
+			}
+			if got := fake.activeState("kubelet.service"); got != tt.wantActive {
+				t.Errorf("after Restart the unit is %q, want %q", got, tt.wantActive)
+			}
+		})
+	}
+}
+
 func TestSystemdJobResult(t *testing.T) {
 	tests := []struct {
 		op     string
@@ -369,16 +502,16 @@ func TestSystemdJobResult(t *testing.T) {
 		{"start", "failed"},
 		{"start", "dependency"},
 		{"start", "skipped"},
+		{"restart", "failed"},
+		{"restart", "canceled"},
+		{"restart", "timeout"},
+		{"restart", "dependency"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.op+" "+tt.result, func(t *testing.T) {
 			s, fake, _ := newTestSystemd(t)
 			fake.set(func(f *fakeSystemd) { f.result = tt.result })
-			op := s.Stop
-			if tt.op == "start" {
-				op = s.Start
-			}
-			err := op(t.Context())
+			err := op(s, tt.op)(t.Context())
 			if err == nil {
 				t.Fatalf("%s succeeded with job result %q", tt.op, tt.result)
 			}
@@ -452,19 +585,15 @@ func TestSystemdUnknownUnit(t *testing.T) {
 	})
 
 	// The unit file is removed, and systemd reloaded, after NewSystemd.
-	for _, op := range []string{"stop", "start"} {
-		t.Run(op+" after the unit is gone", func(t *testing.T) {
+	for _, name := range []string{"stop", "start", "restart"} {
+		t.Run(name+" after the unit is gone", func(t *testing.T) {
 			s, fake, _ := newTestSystemd(t)
 			fake.set(func(f *fakeSystemd) { delete(f.units, "kubelet.service") })
-			f := s.Stop
-			if op == "start" {
-				f = s.Start
-			}
-			err := f(t.Context())
+			err := op(s, name)(t.Context())
 			if !errors.Is(err, ErrNoSuchUnit) {
-				t.Fatalf("%s = %v, want an error matching ErrNoSuchUnit", op, err)
+				t.Fatalf("%s = %v, want an error matching ErrNoSuchUnit", name, err)
 			}
-			for _, want := range []string{"kubeletctl: " + op + " kubelet.service: no such unit", "Unit kubelet.service not found.", hint} {
+			for _, want := range []string{"kubeletctl: " + name + " kubelet.service: no such unit", "Unit kubelet.service not found.", hint} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error %q does not contain %q", err, want)
 				}
@@ -523,53 +652,61 @@ func TestSystemdCallErrors(t *testing.T) {
 	}
 }
 
-// TestSystemdCancelPendingJob cancels a Stop waiting for a job that never
-// ends.
+// TestSystemdCancelPendingJob cancels a Stop and a Restart waiting for a
+// job that never ends: they return, saying the job goes on in systemd, and
+// cancel nothing there.
 func TestSystemdCancelPendingJob(t *testing.T) {
-	bus := startBus(t)
-	fake := newFakeSystemd(t, bus.address, map[string]string{"kubelet.service": "active"})
-	fake.set(func(f *fakeSystemd) { f.hold = true })
-	// Stop logs "job queued" once systemd answered the call: from then
-	// on it waits for the job.
-	queued := make(chan struct{})
-	var once sync.Once
-	log := zaptest.NewLogger(t, zaptest.WrapOptions(zap.Hooks(func(e zapcore.Entry) error {
-		if e.Message == "job queued" {
-			once.Do(func() { close(queued) })
-		}
-		return nil
-	})))
-	s, err := NewSystemd(t.Context(), SystemdOptions{BusAddress: bus.address, Log: log})
-	if err != nil {
-		t.Fatalf("NewSystemd: %v", err)
-	}
-	defer s.Close()
+	for _, name := range []string{"stop", "restart"} {
+		t.Run(name, func(t *testing.T) {
+			bus := startBus(t)
+			fake := newFakeSystemd(t, bus.address, map[string]string{"kubelet.service": "active"})
+			fake.set(func(f *fakeSystemd) { f.hold = true })
+			// The call logs "job queued" once systemd answered it: from
+			// then on it waits for the job.
+			queued := make(chan struct{})
+			var once sync.Once
+			log := zaptest.NewLogger(t, zaptest.WrapOptions(zap.Hooks(func(e zapcore.Entry) error {
+				if e.Message == "job queued" {
+					once.Do(func() { close(queued) })
+				}
+				return nil
+			})))
+			s, err := NewSystemd(t.Context(), SystemdOptions{BusAddress: bus.address, Log: log})
+			if err != nil {
+				t.Fatalf("NewSystemd: %v", err)
+			}
+			defer s.Close()
 
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	returned := make(chan error, 1)
-	go func() { returned <- s.Stop(ctx) }()
-	select {
-	case <-queued:
-	case err := <-returned:
-		t.Fatalf("Stop returned before its job was queued: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("no job queued")
-	}
-	cancel()
-	select {
-	case err := <-returned:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("Stop = %v, want an error matching context.Canceled", err)
-		}
-		if want := "kubeletctl: stop kubelet.service: waiting for job 1"; !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not contain %q", err, want)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Stop did not return after ctx was canceled")
-	}
-	if got := fake.activeState("kubelet.service"); got != "active" {
-		t.Errorf("the unit is %q, want it untouched (active)", got)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			returned := make(chan error, 1)
+			go func() { returned <- op(s, name)(ctx) }()
+			select {
+			case <-queued:
+			case err := <-returned:
+				t.Fatalf("%s returned before its job was queued: %v", name, err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("no job queued")
+			}
+			cancel()
+			select {
+			case err := <-returned:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("%s = %v, want an error matching context.Canceled", name, err)
+				}
+				if want := "kubeletctl: " + name + " kubelet.service: waiting for job 1 (the job goes on in systemd)"; !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q", err, want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s did not return after ctx was canceled", name)
+			}
+			if got := fake.activeState("kubelet.service"); got != "active" {
+				t.Errorf("the unit is %q, want it untouched (active)", got)
+			}
+			if calls := fake.managerCalls(); len(calls) != 1 {
+				t.Errorf("calls to systemd %q, want one job and no cancellation", calls)
+			}
+		})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -46,6 +47,12 @@ type Options struct {
 	// RetryMin and RetryMax bound the backoff between failed writes
 	// (defaults 200ms and 4s); each wait has up to 20% jitter.
 	RetryMin, RetryMax time.Duration
+	// RefusedRetryMax bounds the backoff after writes the API server
+	// refuses for good (403, 401, 404, 400, 422: RBAC, a deleted Node, an
+	// admission policy), which waiting seconds does not change: from
+	// RetryMax up to this (default 5m), so a misconfigured node does not
+	// write every few seconds for ever.
+	RefusedRetryMax time.Duration
 	// RequestTimeout bounds one request (default 10s).
 	RequestTimeout time.Duration
 	// Journal is the remedy's record (pkg/journal), read like a source: a
@@ -83,6 +90,8 @@ type Reporter struct {
 
 	wake  chan struct{}
 	retry workqueue.TypedRateLimiter[string]
+	// refused is the backoff after writes refused for good (refusedForGood).
+	refused workqueue.TypedRateLimiter[string]
 
 	mu         sync.Mutex
 	prediction *Prediction
@@ -126,12 +135,16 @@ func New(o Options) (*Reporter, error) {
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 10 * time.Second
 	}
+	if o.RefusedRetryMax < o.RetryMax {
+		o.RefusedRetryMax = max(5*time.Minute, o.RetryMax)
+	}
 	r := &Reporter{
 		o:       o,
 		log:     o.Log.Named("nodepatch"),
 		clock:   o.Clock,
 		wake:    make(chan struct{}, 1),
 		retry:   workqueue.NewTypedItemExponentialFailureRateLimiter[string](o.RetryMin, o.RetryMax),
+		refused: workqueue.NewTypedItemExponentialFailureRateLimiter[string](o.RetryMax, o.RefusedRetryMax),
 		changed: make(chan struct{}),
 		// The kubelet names its Node in Events with the node name as UID;
 		// kubectl describe node looks them up that way.
@@ -311,6 +324,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 		if err == nil {
 			failures = 0
 			r.retry.Forget("node")
+			r.refused.Forget("node")
 			if retry != nil {
 				retry.Stop()
 				retryC = nil
@@ -322,11 +336,14 @@ func (r *Reporter) Run(ctx context.Context) error {
 		}
 		failures++
 		r.metrics.errors.Inc()
-		wait := r.backoff()
+		wait := r.backoff(err)
 		fields := []zap.Field{zap.Error(err), zap.Int("attempt", failures), zap.Duration("retry_in", wait)}
-		if failures == 1 || failures%10 == 0 {
+		switch {
+		case refusedForGood(err) && (failures == 1 || wait >= time.Minute):
+			r.log.Warn("the API server refuses to write the node: check hotplugd's RBAC, its Node and admission policies; retrying less and less often", fields...)
+		case failures == 1 || failures%10 == 0:
 			r.log.Warn("writing the node failed; retrying", fields...)
-		} else {
+		default:
 			r.log.Debug("writing the node failed; retrying", fields...)
 		}
 		if retry == nil {
@@ -338,13 +355,27 @@ func (r *Reporter) Run(ctx context.Context) error {
 	}
 }
 
-// backoff is the wait before the next retry of a failed write: RetryMin
-// doubled per failure in a row, capped at RetryMax (client-go workqueue's
-// exponential per-item rate limiter, forgotten on success), minus up to 20%
-// jitter so many nodes coming back together do not write in step.
-func (r *Reporter) backoff() time.Duration {
+// backoff is the wait before the next retry of a write that failed with
+// err: RetryMin doubled per failure in a row, capped at RetryMax (client-go
+// workqueue's exponential per-item rate limiter, forgotten on success); for
+// a write refused for good, RetryMax doubled per such failure up to
+// RefusedRetryMax. Minus up to 20% jitter, so that many nodes coming back
+// together do not write in step.
+func (r *Reporter) backoff(err error) time.Duration {
 	d := r.retry.When("node")
+	if refusedForGood(err) {
+		d = r.refused.When("node")
+	}
 	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+}
+
+// refusedForGood says whether the API server refused a write in a way a
+// retry in seconds does not change: forbidden, unauthorized, not found,
+// bad or invalid. Conflicts, throttling, timeouts and server errors are
+// not: they pass.
+func refusedForGood(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsNotFound(err) ||
+		apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) || apierrors.IsMethodNotSupported(err)
 }
 
 // observed is the newest Node known: the watch's, or our last patch's

@@ -56,6 +56,11 @@ type Inputs struct {
 	// rate limit between attempts.
 	LastAttempt time.Time
 	Interval    time.Duration
+	// UnexplainedDecrease: the Node's memory capacity is above the
+	// machine's and no memory offline or remove uevent came since the
+	// kubelet started: a balloon driver, not a hot-remove. A restart would
+	// follow it up and down forever.
+	UnexplainedDecrease bool
 	// Restarts are the restarts asked for in the last 24 hours (the
 	// journal's), MaxPerDay their bound (0: none).
 	Restarts  []time.Time
@@ -137,6 +142,9 @@ func Decide(in Inputs) Plan {
 		p.Action = ActionReport
 		p.Why = fmt.Sprintf("the attempt of %s for this machine and kubelet configuration ended %s: not repeated until one of them changes",
 			in.Previous.Start.UTC().Format(time.RFC3339), in.Previous.Outcome)
+	case in.UnexplainedDecrease:
+		p.Action = ActionReport
+		p.Why = "memory capacity went down with no memory offline or remove uevent since the kubelet started (a balloon driver?): reporting only; a hot-remove is remedied"
 	case in.InPlaceResize:
 		p.Action, p.Why = ActionReport, "the kubelet runs with InPlaceNodeResourceResize and follows the machine itself: reporting only"
 	case in.Now.Before(in.KubeletFresh):

@@ -52,6 +52,7 @@ func TestDecide(t *testing.T) {
 		{"no budget", func(in *Inputs) {
 			in.Restarts = []time.Time{t0.Add(-3 * time.Hour), t0.Add(-5 * time.Hour)}
 		}, ActionRestart, time.Time{}},
+		{"memory down with no uevent (a balloon)", func(in *Inputs) { in.UnexplainedDecrease = true }, ActionReport, time.Time{}},
 		{"this key was withheld before", func(in *Inputs) {
 			in.Previous = &journal.Entry{Key: "k1", Start: t0.Add(-time.Hour), Outcome: OutcomeWithheld}
 		}, ActionReport, time.Time{}},

@@ -180,6 +180,8 @@ type Remedier struct {
 
 	mu           sync.Mutex
 	lastActivity time.Time
+	// lastMemoryDown is the last memory offline or remove uevent.
+	lastMemoryDown time.Time
 	// lastTry is the last execute's start, journaled or not (a topology
 	// read that failed is not journaled, and is rate-limited too).
 	lastTry time.Time
@@ -251,6 +253,17 @@ func (m *Remedier) Activity(t time.Time) {
 	case m.wake <- struct{}{}:
 	default:
 	}
+}
+
+// MemoryDown records a memory block's offline or remove uevent at t: a
+// memory capacity decrease after it is a hot-remove, one without it is
+// reported only (UnexplainedDecrease).
+func (m *Remedier) MemoryDown(t time.Time) {
+	m.mu.Lock()
+	if t.After(m.lastMemoryDown) {
+		m.lastMemoryDown = t
+	}
+	m.mu.Unlock()
 }
 
 // Attempts returns the attempts so far.
@@ -381,11 +394,24 @@ func (m *Remedier) decide() Plan {
 	}
 	m.mu.Lock()
 	in.LastActivity = m.lastActivity
+	in.UnexplainedDecrease = memoryDecrease(st.Drift.Significant()) &&
+		(m.lastMemoryDown.IsZero() || (facts != nil && m.lastMemoryDown.Before(facts.Started)))
 	if m.checkedAfter.Equal(in.LastAttempt) {
 		in.Checked = m.checked
 	}
 	m.mu.Unlock()
 	return Decide(in)
+}
+
+// memoryDecrease says whether d predicts less memory capacity than the
+// Node reports.
+func memoryDecrease(d nodepatch.Drift) bool {
+	for _, x := range d {
+		if x.Field == nodepatch.FieldCapacity && x.Resource == v1.ResourceMemory && x.Predicted.Cmp(x.Reported) < 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // day is the daily budget's window.

@@ -935,3 +935,28 @@ func TestSuperReadOnly(t *testing.T) {
 		}
 	}
 }
+
+// memDrift: the Node reports 1Gi more memory than the machine has.
+var memDrift = nodepatch.Drift{{Field: nodepatch.FieldCapacity, Resource: v1.ResourceMemory,
+	Reported: resource.MustParse("9Gi"), Predicted: resource.MustParse("8Gi")}}
+
+// TestBalloonIsReportedNotRestarted (issue 19): memory capacity going
+// down with no memory offline or remove uevent is a balloon, reported
+// only, however long it lasts; after a memory block's offline uevent the
+// same drift is a hot-remove, and remedied.
+func TestBalloonIsReportedNotRestarted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, rigOptions{prepare: func(r *rig) { r.node.st.Drift = memDrift }})
+		after(time.Hour)
+		r.attempts(0)
+		if calls := r.supervisor.Calls(); len(calls) != 0 {
+			t.Fatalf("restarted for a balloon: %v", calls)
+		}
+		r.m.MemoryDown(time.Now())
+		r.m.Activity(time.Now())
+		after(3 * time.Second)
+		if a := r.attempts(1); a[0].Outcome != OutcomeRemediated {
+			t.Fatalf("attempt %+v", a[0])
+		}
+	})
+}
