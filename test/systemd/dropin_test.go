@@ -39,28 +39,29 @@ func TestDropinVerify(t *testing.T) {
 	}
 }
 
-// TestDropinRunsPreflightStrictly: preflight runs before the kubelet, and
-// its failure stops the kubelet's start (no "-" prefix that would hide it).
-func TestDropinRunsPreflightStrictly(t *testing.T) {
+// TestDropinNeverBlocks (issue 19): preflight runs before the kubelet
+// with systemd's "-" prefix, so that no exit status, crash or missing
+// binary of preflight keeps the kubelet from starting, and it reads the
+// kubelet's command line from the unit itself (%n), for any layout; the
+// drop-in adds no environment file of the kubelet's (it would change the
+// kubelet's own environment) beside hotplugd's own.
+func TestDropinNeverBlocks(t *testing.T) {
 	d := readDropin(t)
-	var pre []string
+	var pre, envFiles []string
 	for line := range strings.Lines(d) {
-		if strings.HasPrefix(line, "ExecStartPre=") {
-			pre = append(pre, strings.TrimSpace(line))
+		switch line = strings.TrimSpace(line); {
+		case strings.HasPrefix(line, "ExecStartPre="):
+			pre = append(pre, line)
+		case strings.HasPrefix(line, "EnvironmentFile="):
+			envFiles = append(envFiles, line)
 		}
 	}
-	want := "ExecStartPre=" + installedAt + " preflight $HOTPLUGD_PREFLIGHT_ARGS -- " + kubeadmArgs(t)
+	want := "ExecStartPre=-" + installedAt + " preflight --kubelet-unit=%n $HOTPLUGD_PREFLIGHT_ARGS"
 	if len(pre) != 1 || pre[0] != want {
 		t.Errorf("ExecStartPre lines %q, want exactly %q", pre, want)
 	}
-	// The environment files kubeadm's ExecStart reads, read here too.
-	for line := range strings.Lines(readKubeadm(t)) {
-		if strings.HasPrefix(line, "EnvironmentFile=") && !strings.Contains(d, line) {
-			t.Errorf("the drop-in does not read kubeadm's %s", strings.TrimSpace(line))
-		}
-	}
-	if !strings.Contains(d, "EnvironmentFile=-/etc/default/hotplugd") {
-		t.Error("the drop-in does not read /etc/default/hotplugd")
+	if len(envFiles) != 1 || envFiles[0] != "EnvironmentFile=-/etc/default/hotplugd" {
+		t.Errorf("EnvironmentFile lines %q, want only -/etc/default/hotplugd", envFiles)
 	}
 }
 
@@ -72,20 +73,6 @@ func readKubeadm(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-// kubeadmArgs is what kubeadm's ExecStart passes to the kubelet after its
-// binary: preflight gets the same words after "--".
-func kubeadmArgs(t *testing.T) string {
-	t.Helper()
-	for line := range strings.Lines(readKubeadm(t)) {
-		if cmd, ok := strings.CutPrefix(strings.TrimSpace(line), "ExecStart="); ok && cmd != "" {
-			_, args, _ := strings.Cut(cmd, " ")
-			return args
-		}
-	}
-	t.Fatal("no ExecStart in testdata/10-kubeadm.conf")
-	return ""
 }
 
 // TestDropinWithKubeadm: the drop-in verifies beside kubeadm's drop-in.

@@ -175,7 +175,6 @@ func TestUnitHardening(t *testing.T) {
 		"CapabilityBoundingSet":   {"CAP_NET_ADMIN"},
 		"NoNewPrivileges":         {"yes"},
 		"ProtectSystem":           {"strict"},
-		"ReadWritePaths":          {"-/var/lib/kubelet"},
 		"ProtectKernelTunables":   {"yes"},
 		"ProtectHome":             {"yes"},
 		"PrivateTmp":              {"yes"},
@@ -195,6 +194,11 @@ func TestUnitHardening(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, subset); diff != "" {
 		t.Errorf("unexpected [Service] directives (-want +got):\n%s", diff)
+	}
+	// The daemon writes nothing of the kubelet's (the repair runs in the
+	// kubelet's start): no writable path besides its StateDirectory=.
+	if v, ok := got["ReadWritePaths"]; ok {
+		t.Errorf("[Service] sets ReadWritePaths=%s; the daemon writes only its StateDirectory", v)
 	}
 	// Root without extra capabilities; and uevents only reach the initial
 	// network namespace.
