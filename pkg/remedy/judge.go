@@ -1,11 +1,9 @@
 package remedy
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +11,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/hotplugd/hotplugd/pkg/kubeletwatch"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
@@ -197,68 +197,31 @@ func notWritable(path string) string {
 }
 
 // superReadOnly reports whether the file system holding dir is read-only
-// as a whole (the super options of its mount in /proc/self/mountinfo).
+// as a whole: the super options of its mount in /proc/self/mountinfo
+// (prometheus/procfs reads it), not the mount's own options.
 func superReadOnly(dir string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := procfs.GetMounts()
 	if err != nil {
 		return false, err
 	}
-	defer f.Close()
-	return superReadOnlyFrom(f, dir)
+	return superReadOnlyIn(mounts, dir)
 }
 
-// superReadOnlyFrom is superReadOnly over a mountinfo file's contents.
-func superReadOnlyFrom(r io.Reader, dir string) (bool, error) {
-	best, ro := "", false
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
-		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i, x := range fields {
-			if x == "-" {
-				sep = i
-				break
-			}
-		}
-		if len(fields) < 5 || sep < 0 || sep+3 >= len(fields) {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if (dir == mp || strings.HasPrefix(dir, strings.TrimSuffix(mp, "/")+"/")) && len(mp) >= len(best) {
-			best = mp
-			ro = false
-			for _, o := range strings.Split(fields[sep+3], ",") {
-				if o == "ro" {
-					ro = true
-				}
-			}
+// superReadOnlyIn is superReadOnly over the mounts as read: the deepest
+// mount point holding dir decides.
+func superReadOnlyIn(mounts []*procfs.MountInfo, dir string) (bool, error) {
+	var best *procfs.MountInfo
+	for _, m := range mounts {
+		mp := m.MountPoint
+		if (dir == mp || strings.HasPrefix(dir, strings.TrimSuffix(mp, "/")+"/")) && (best == nil || len(mp) >= len(best.MountPoint)) {
+			best = m
 		}
 	}
-	if best == "" {
+	if best == nil {
 		return false, errors.New("no mount holds " + dir)
 	}
-	return ro, sc.Err()
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var c int
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%o", &c); err == nil {
-				b.WriteByte(byte(c))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	_, ro := best.SuperOptions["ro"]
+	return ro, nil
 }
 
 // refused: the kubelet would not start; it is left running as it is.

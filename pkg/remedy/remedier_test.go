@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/procfs"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -915,10 +916,16 @@ func TestFailedAttemptSurvivesRestarts(t *testing.T) {
 }
 
 func TestSuperReadOnly(t *testing.T) {
-	const mountinfo = `22 1 252:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
-30 22 252:0 /var/lib/kubelet /var/lib/kubelet ro,relatime shared:1 - ext4 /dev/vda rw
-31 22 0:40 / /mnt/ro\040disk rw,relatime - ext4 /dev/vdb ro
-`
+	mount := func(mp string, superRO bool) *procfs.MountInfo {
+		super := map[string]string{"rw": ""}
+		if superRO {
+			super = map[string]string{"ro": ""}
+		}
+		// The mount's own options are read-only for the kubelet's root
+		// dir, as in hotplugd's sandbox: they do not count.
+		return &procfs.MountInfo{MountPoint: mp, Options: map[string]string{"ro": ""}, SuperOptions: super}
+	}
+	mounts := []*procfs.MountInfo{mount("/", false), mount("/var/lib/kubelet", false), mount("/mnt/ro disk", true)}
 	for _, tt := range []struct {
 		dir  string
 		want bool
@@ -929,10 +936,14 @@ func TestSuperReadOnly(t *testing.T) {
 		{"/mnt/ro", false},
 		{"/etc", false},
 	} {
-		got, err := superReadOnlyFrom(strings.NewReader(mountinfo), tt.dir)
+		got, err := superReadOnlyIn(mounts, tt.dir)
 		if err != nil || got != tt.want {
 			t.Errorf("superReadOnly(%q) = %v, %v; want %v", tt.dir, got, err, tt.want)
 		}
+	}
+	// This machine's own mounts are read.
+	if _, err := superReadOnly("/"); err != nil {
+		t.Errorf("superReadOnly(/): %v", err)
 	}
 }
 
