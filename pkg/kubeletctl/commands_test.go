@@ -475,7 +475,9 @@ func TestCommandOutlivesHotplugd(t *testing.T) {
 		_ = c.Restart(ctx)
 		os.Exit(0) // hotplugd dies; the command is mid-way
 	}
-	script := "sleep 0.5; echo stopped the kubelet; echo started the kubelet >&2; echo done >" + marker
+	// The command waits for its starter to be gone (and reaped), then
+	// writes, as a restart prints between its stop and its start.
+	script := "p=$PPID; while kill -0 $p 2>/dev/null; do sleep 0.02; done; echo stopped the kubelet; echo started the kubelet >&2; echo done >" + marker
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCommandOutlivesHotplugd$")
 	cmd.Env = append(os.Environ(), "HOTPLUGD_TEST_STARTER=1", "HOTPLUGD_TEST_SCRIPT="+script)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -484,7 +486,7 @@ func TestCommandOutlivesHotplugd(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("the command finished before its starter exited: the test proves nothing")
 	}
-	// A bound for a command that takes half a second.
+	// A bound for a command that runs for a moment after its starter.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if b, err := os.ReadFile(marker); err == nil && strings.TrimSpace(string(b)) == "done" {
