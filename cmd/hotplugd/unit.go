@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -26,8 +29,25 @@ func unitVerdict(sd *kubeletctl.Systemd) func(context.Context, *kubeletwatch.Fac
 			return remedy.UnitVerdict{Why: fmt.Sprintf("the kubelet's unit cannot be read over D-Bus (%v)", err),
 				Todo: "check that systemd answers on the system bus (systemctl status " + sd.Unit() + ")"}
 		}
-		return judgeUnit(u, f, needsRepair, os.ReadFile, func() (map[string]string, error) { return sd.ManagerEnvironment(ctx) })
+		return judgeUnit(u, f, needsRepair, readHostFile, func() (map[string]string, error) { return sd.ManagerEnvironment(ctx) })
 	}
+}
+
+// readHostFile reads an environment file of the kubelet's unit as the host
+// has it. A file that is absent here is absent on the host only when its
+// directory is here: a pod sees the host's directories it mounts, and a
+// file in one it does not mount (a change staged in /etc/sysconfig/kubelet)
+// would read as absent and be restarted into unjudged. That is an error,
+// which withholds the restart.
+func readHostFile(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		dir := filepath.Dir(path)
+		if _, derr := os.Stat(dir); derr != nil {
+			return nil, fmt.Errorf("cannot tell whether %s exists on the host: %s is not visible here (in a pod, mount it read-only at the same path): %v", path, dir, derr)
+		}
+	}
+	return b, err
 }
 
 // judgeUnit is unitVerdict's judgement of a unit as read.

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"io/fs"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -98,5 +99,25 @@ func TestJudgeUnit(t *testing.T) {
 				t.Error("no what to do")
 			}
 		})
+	}
+}
+
+// TestReadHostFile: an environment file absent in a directory hotplugd
+// sees is absent; one in a directory it does not see (a pod without the
+// mount) cannot be judged, and CommandLine fails on it (the restart is
+// withheld) instead of reading it as absent.
+func TestReadHostFile(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := readHostFile(filepath.Join(dir, "kubelet")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("absent file in a visible directory: %v, want ErrNotExist", err)
+	}
+	_, err := readHostFile(filepath.Join(dir, "sysconfig", "kubelet"))
+	if err == nil || !strings.Contains(err.Error(), "is not visible here") {
+		t.Errorf("file in an unseen directory: %v", err)
+	}
+	u := kubeadmUnit()
+	u.EnvironmentFiles = append(u.EnvironmentFiles, kubeletctl.EnvFile{Path: filepath.Join(dir, "sysconfig", "kubelet"), Optional: true})
+	if _, err := u.CommandLine(readHostFile, map[string]string{}); err == nil {
+		t.Error("CommandLine read an unseen optional environment file as absent")
 	}
 }
