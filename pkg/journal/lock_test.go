@@ -67,4 +67,3 @@ func TestLockAcrossProcesses(t *testing.T) {
 		t.Fatalf("Lock while flock(1) holds it = %v, want ErrLocked", err)
 	}
 }
-

@@ -4,10 +4,10 @@
 // It exists because hotplugd acts on a node only where the kubelet alone
 // would not leave it worse: the remedy must never restart a kubelet into a
 // configuration that kubelet refuses on the machine as it now is (the
-// kubelet exits, the rollback start exits too, the node goes NotReady), and
-// `hotplugd preflight`, the kubelet's ExecStartPre, may fail the kubelet's
-// start (exit 2) only when the kubelet about to start would refuse to start
-// by itself. Check is that prediction, from the kubelet's effective
+// kubelet exits, its supervisor's restarts exit too, the node goes
+// NotReady), and `hotplugd preflight` run by a person exits 2 only when
+// the kubelet about to start would refuse to start by itself (as the
+// kubelet's ExecStartPre it never blocks: the drop-in's "-"). Check is that prediction, from the kubelet's effective
 // configuration (as pkg/kubeletconfig builds it from its command line,
 // file and drop-ins), its --experimental-allocatable-ignore-eviction flag,
 // its release (pkg/kubeletversion) and the machine (pkg/topology). It reads

@@ -12,7 +12,8 @@
 //   - annotations with the detected capacity and allocatable and the time
 //     the detected capacity last changed (hotplugd.io/...);
 //   - an Event on the Node, reason CapacityDrift, when a drift appears or
-//     changes (the remedy adds Remediated, RemediationFailed, NeedsDrain).
+//     changes (the remedy adds Remediated, RemediationFailed, NeedsDrain,
+//     KubeletWouldRefuse, RestartWithheld).
 //
 // It writes only when the desired condition or annotations differ from the
 // Node's, so at idle it makes no request beyond the watch, and a settled
