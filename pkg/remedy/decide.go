@@ -136,9 +136,10 @@ func Decide(in Inputs) Plan {
 		p.Action, p.Why = ActionReport, "--remedy="+string(in.Mode)+": reporting only"
 	case !in.Remediable:
 		p.Action, p.Why = ActionReport, "no restart: "+in.NotRemediable
-	case in.Previous != nil && in.Previous.Outcome != OutcomeRemediated:
+	case in.Previous != nil && in.Previous.Outcome != OutcomeRemediated && in.Previous.Outcome != OutcomeInterrupted:
 		// At most one attempt per (prediction, configuration): a failed,
-		// refused or needs-a-person attempt stands until one changes.
+		// refused, withheld, unverified or needs-a-person attempt stands
+		// until one changes. An interrupted one concluded nothing.
 		p.Action = ActionReport
 		p.Why = fmt.Sprintf("the attempt of %s for this machine and kubelet configuration ended %s: not repeated until one of them changes",
 			in.Previous.Start.UTC().Format(time.RFC3339), in.Previous.Outcome)

@@ -124,6 +124,7 @@ type fakeSupervisor struct {
 	err      error         // Restart's error, after the job
 	hold     chan struct{} // when set, the job waits for it after the stop
 	noop     bool          // the job does nothing (a supervisor that refused)
+	down     bool          // the job stops the kubelet and its start fails
 	reports  []preflight.Report
 	atRepair func() // runs between the stop and preflight
 }
@@ -133,12 +134,18 @@ func (s *fakeSupervisor) String() string { return "fake supervisor" }
 func (s *fakeSupervisor) Restart(ctx context.Context) error {
 	s.mu.Lock()
 	s.calls = append(s.calls, "restart")
-	hold, fixes, noop, atRepair := s.hold, s.fixes, s.noop, s.atRepair
+	hold, fixes, noop, down, atRepair := s.hold, s.fixes, s.noop, s.down, s.atRepair
 	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() { // systemd's job
 		defer close(done)
 		if noop {
+			return
+		}
+		if down {
+			s.r.kubelet.mu.Lock()
+			s.r.kubelet.f.Kubelet.PID, s.r.kubelet.f.Start = 0, 0
+			s.r.kubelet.mu.Unlock()
 			return
 		}
 		if hold != nil {
@@ -518,8 +525,79 @@ func TestKilledBeforeTheRestartWasAsked(t *testing.T) {
 		if len(a) == 0 || a[0].Outcome != OutcomeInterrupted || !errors.Is(a[0].Err, errNotRestarted) {
 			t.Fatalf("attempts %+v, want the record interrupted", a)
 		}
-		if e := r.journal.Attempts(); len(e) != 1 || e[0].Restarted {
+		if e := r.journal.Attempts(); len(e) == 0 || e[0].Restarted {
 			t.Errorf("journal %+v: a restart that never happened counts against the budget", e)
+		}
+		// The interrupted record concluded nothing: the drift is
+		// remedied once the rate limit from that record's start is over.
+		after(10 * time.Minute)
+		after(time.Second)
+		a = r.m.Attempts()
+		if len(a) != 2 || a[1].Outcome != OutcomeRemediated {
+			t.Fatalf("attempts %+v, want the drift remedied after the interrupted record", a)
+		}
+		if diff := cmp.Diff([]string{"restart"}, r.supervisor.Calls()); diff != "" {
+			t.Errorf("supervisor calls (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// TestKilledBeforeTheRestartNoProcessKnown: the same with --kubelet-config
+// (no kubelet process known): the next hotplugd cannot tell whether the
+// restart was asked, and concludes nothing either.
+func TestKilledBeforeTheRestartNoProcessKnown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j, err := journal.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Begin(journal.Underway{Key: "k", Phase: journal.PhaseRestarting, Start: time.Now().Add(-time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+		r := newRig(t, rigOptions{journal: j, change: func(o *Options) { o.Mode = ModeReport }})
+		after(r.o.Timeout)
+		a := r.m.Attempts()
+		if len(a) != 1 || a[0].Outcome != OutcomeInterrupted || a[0].Restarted {
+			t.Fatalf("attempts %+v, want the record interrupted", a)
+		}
+	})
+}
+
+// TestNoKubeletAfterTheRestart: the old kubelet went away and no new one
+// runs within the timeout: failed, the restart counted, and the message
+// says no kubelet runs (not that the old one still does).
+func TestNoKubeletAfterTheRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, rigOptions{prepare: func(r *rig) { r.supervisor.down = true }})
+		after(3 * time.Second)
+		after(r.o.Timeout)
+		a := r.attempts(1)
+		if a[0].Outcome != OutcomeFailed || !errors.Is(a[0].Err, errNoKubelet) || !a[0].Restarted {
+			t.Fatalf("attempt %+v, want failed: no kubelet", a[0])
+		}
+	})
+}
+
+// TestSIGTERMBeforeTheAsk: hotplugd stopping at the moment it would ask
+// asks nothing, and the record is closed.
+func TestSIGTERMBeforeTheAsk(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, rigOptions{change: func(o *Options) { o.Settle = time.Hour }})
+		r.cancel() // stopping before the settle time is over
+		<-r.done
+		r.cancel = nil
+		p := Plan{Action: ActionRestart, Key: "k", Drift: cpuDrift}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		a := r.m.restart(ctx, p, time.Now())
+		if a.Outcome != "" && a.Outcome != OutcomeInterrupted {
+			t.Fatalf("attempt %+v", a)
+		}
+		if calls := r.supervisor.Calls(); len(calls) != 0 {
+			t.Errorf("asked the supervisor while stopping: %v", calls)
+		}
+		if u := r.journal.Underway(); u != nil {
+			t.Errorf("left under way: %+v", u)
 		}
 	})
 }

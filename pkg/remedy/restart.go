@@ -50,9 +50,14 @@ func (m *Remedier) restart(ctx context.Context, plan Plan, start time.Time) Atte
 		a.Outcome, a.Err = OutcomeFailed, fmt.Errorf("remedy: not restarting the kubelet: %w", err)
 		return a
 	}
+	faultpoint.Hit(faultpoint.RemedyRestarting)
+	if ctx.Err() != nil {
+		// Stopping (SIGTERM) before the supervisor was asked: ask nothing.
+		a.Outcome, a.Err = OutcomeInterrupted, errors.New("remedy: hotplugd is stopping: the kubelet was not restarted")
+		return m.finish(a, start)
+	}
 	m.log.Info("asking the kubelet's supervisor to restart it", zap.String("via", m.o.Control.String()), zap.Stringer("drift", plan.Drift),
 		zap.String("state_files", oneLine(j.dry)), zap.String("journal", m.journal.Path()))
-	faultpoint.Hit(faultpoint.RemedyRestarting)
 	a.Restarted = true
 	m.metrics.restarts.Inc()
 	rctx, cancel := context.WithTimeout(ctx, m.o.OpTimeout)
@@ -158,14 +163,23 @@ func (m *Remedier) waitNewProcess(ctx context.Context, before journal.Process) e
 		}
 		select {
 		case <-ctx.Done():
-			if ctx.Err() == context.DeadlineExceeded {
+			switch {
+			case ctx.Err() != context.DeadlineExceeded:
+				return ctx.Err()
+			case p == nil:
+				// The old one is gone: the restart was carried out
+				// (by someone) and the new kubelet does not run.
+				return fmt.Errorf("remedy: %w within %v after the restart (its start failed, or takes longer: the supervisor's restart policy and journalctl -u kubelet say which)", errNoKubelet, m.o.Timeout)
+			default:
 				return fmt.Errorf("remedy: %w: its process %d (start %d) still runs after %v", errNotRestarted, before.PID, before.Start, m.o.Timeout)
 			}
-			return ctx.Err()
 		case <-m.clock.After(200 * time.Millisecond):
 		}
 	}
 }
+
+// errNoKubelet: no kubelet process runs after the restart.
+var errNoKubelet = errors.New("no kubelet process runs")
 
 func (m *Remedier) waitHealthz(ctx context.Context, url string) error {
 	var last error
@@ -209,7 +223,7 @@ func (m *Remedier) recover(ctx context.Context, u journal.Underway) {
 		a.Outcome, a.Restarted = OutcomeInterrupted, false
 		s, ok := m.o.Control.(Starter)
 		if !ok {
-			a.Err = fmt.Errorf("remedy: an earlier hotplugd left its own kubelet restart in phase %q, and this hotplugd cannot start the kubelet: make sure it runs (systemctl start kubelet)", u.Phase)
+			a.Err = fmt.Errorf("remedy: an earlier hotplugd left its own kubelet restart in phase %q, and this hotplugd cannot start the kubelet: make sure it runs (start it through its supervisor)", u.Phase)
 			a.Reason, a.Message, a.Warning = nodepatch.ReasonRemediationFailed, a.Err.Error(), true
 			break
 		}
@@ -235,9 +249,11 @@ func (m *Remedier) recover(ctx context.Context, u journal.Underway) {
 		if ctx.Err() != nil {
 			return // still under way
 		}
-		if errors.Is(err, errNotRestarted) {
-			// Killed before the supervisor was asked (or it refused):
-			// nothing to conclude about this key.
+		unknownAsk := u.Phase == journal.PhaseRestarting && u.Before == nil && err != nil && !errors.Is(err, errNodeUnknown)
+		if errors.Is(err, errNotRestarted) || unknownAsk {
+			// Killed before the supervisor was asked (or it refused),
+			// or, with no kubelet process known, cannot tell whether it
+			// was: nothing to conclude about this key.
 			a.Outcome, a.Restarted, a.Err = OutcomeInterrupted, false, err
 			break
 		}

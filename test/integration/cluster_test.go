@@ -2,8 +2,11 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,8 +25,11 @@ import (
 	"github.com/hotplugd/hotplugd/internal/daemontest"
 	"github.com/hotplugd/hotplugd/internal/kubeapitest"
 	"github.com/hotplugd/hotplugd/internal/machinetest"
+	"github.com/hotplugd/hotplugd/pkg/cpumgr"
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
+	"github.com/hotplugd/hotplugd/pkg/preflight"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
@@ -340,7 +346,7 @@ func TestIntegrationUnknownKubelet(t *testing.T) {
 	calls := filepath.Join(t.TempDir(), "calls")
 	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kubeconfigFor(t, srv), "--kubelet-config", cfg,
 		"--kubelet-root-dir", t.TempDir(), "--resync", "0", "--remedy", "restart-kubelet", "--settle", "100ms",
-		"--kubelet-stop-command", "echo stop >> "+calls, "--kubelet-start-command", "echo start >> "+calls)
+		"--kubelet-restart-command", "echo restart >> "+shellQuote(calls))
 	d.WaitFor(10*time.Second, func(e logEntry) bool {
 		return e.Msg == "kubelet found, with limits" && strings.Contains(e.RawLine, "is not a release hotplugd knows")
 	})
@@ -389,7 +395,8 @@ func q(l v1.ResourceList, name v1.ResourceName) string {
 	return v.String()
 }
 
-// The fake kubelet: the test binary run by hotplugd's --kubelet-start-command.
+// The fake kubelet: the test binary, started by the restart command that
+// stands for the kubelet's supervisor (hotplugd's --kubelet-restart-command).
 const fakeKubeletEnv = "HOTPLUGD_FAKE_KUBELET"
 
 // fakeKubelet is a kubelet start as far as the Node is concerned: it
@@ -426,27 +433,49 @@ func fakeKubelet(string) int {
 	return 0
 }
 
-// fakeKubeletRig is hotplugd's stop and start commands for the fake
-// kubelet, and what they did.
+// fakeKubeletRig is the fake kubelet's supervisor as hotplugd sees it: one
+// restart command (a script) that stops the kubelet, runs `hotplugd
+// preflight` on its state files (whose failure never stops the start, as
+// systemd's ExecStartPre=- in the drop-in), then starts it; and what it did.
 type fakeKubeletRig struct {
-	t          testing.TB
-	log, mode  string
-	stop       string
-	start      string
-	kubeconfig string
+	t         testing.TB
+	dir       string
+	log, mode string
+	// restart is hotplugd's --kubelet-restart-command.
+	restart string
 }
 
-func newFakeKubelet(t testing.TB, kubeconfig, node, cfg string) *fakeKubeletRig {
+// fakeKubeletVersion is the release the fake kubelet and preflight claim.
+const fakeKubeletVersion = "v1.36.3"
+
+// newFakeKubelet makes the restart command for a kubelet with
+// configuration cfg and root directory root, reporting on node.
+func newFakeKubelet(t testing.TB, kubeconfig, node, cfg, root string) *fakeKubeletRig {
 	t.Helper()
 	dir := t.TempDir()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &fakeKubeletRig{t: t, log: filepath.Join(dir, "calls"), mode: filepath.Join(dir, "mode"), kubeconfig: kubeconfig}
-	r.stop = fmt.Sprintf("echo stop $(date +%%s%%N) >> %s", r.log)
-	r.start = fmt.Sprintf("%s=1 FAKE_LOG=%s FAKE_MODE=%s FAKE_KUBECONFIG=%s FAKE_NODE=%s FAKE_KUBELET_CONFIG=%s %s",
-		fakeKubeletEnv, r.log, r.mode, kubeconfig, node, cfg, self)
+	r := &fakeKubeletRig{t: t, dir: dir, log: filepath.Join(dir, "calls"), mode: filepath.Join(dir, "mode")}
+	// Each line of the log: what, unix nanos, and for preflight its exit
+	// status and the hash of cpu_manager_state before and after it.
+	script := fmt.Sprintf(`#!/bin/sh
+log=%[1]s
+state=%[2]s/cpu_manager_state
+sum() { sha256sum < "$state" 2>/dev/null | cut -c1-64; }
+echo "stop $(date +%%s%%N)" >> "$log"
+before=$(sum)
+status=0
+%[3]s preflight --kubelet-config %[4]s --kubelet-root-dir %[2]s --kubelet-version %[5]s -o json >> %[6]s/preflight.json 2>> %[6]s/preflight.err || status=$?
+echo "preflight $(date +%%s%%N) $status $before $(sum)" >> "$log"
+GORACE=%[12]s %[7]s=1 FAKE_LOG="$log" FAKE_MODE=%[8]s FAKE_KUBECONFIG=%[9]s FAKE_NODE=%[10]s FAKE_KUBELET_CONFIG=%[4]s exec %[11]s
+`, shellQuote(r.log), shellQuote(root), shellQuote(binary), shellQuote(cfg), fakeKubeletVersion, shellQuote(dir),
+		fakeKubeletEnv, shellQuote(r.mode), shellQuote(kubeconfig), shellQuote(node), shellQuote(self), shellQuote(crashHelperGorace()))
+	r.restart = filepath.Join(dir, "restart.sh")
+	if err := os.WriteFile(r.restart, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	return r
 }
 
@@ -460,10 +489,14 @@ func (r *fakeKubeletRig) setBroken(broken bool) {
 	}
 }
 
-// call is one stop or start.
+// call is one step of a restart: stop, preflight or start.
 type call struct {
 	what string
 	at   time.Time
+	// preflight: its exit status, and the hash of cpu_manager_state
+	// before and after it.
+	status        string
+	before, after string
 }
 
 func (r *fakeKubeletRig) calls() []call {
@@ -471,11 +504,15 @@ func (r *fakeKubeletRig) calls() []call {
 	var out []call
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		f := strings.Fields(line)
-		if len(f) != 2 {
+		if len(f) < 2 {
 			continue
 		}
 		ns, _ := strconv.ParseInt(f[1], 10, 64)
-		out = append(out, call{f[0], time.Unix(0, ns)})
+		c := call{what: f[0], at: time.Unix(0, ns)}
+		if c.what == "preflight" && len(f) == 5 {
+			c.status, c.before, c.after = f[2], f[3], f[4]
+		}
+		out = append(out, c)
 	}
 	return out
 }
@@ -486,6 +523,36 @@ func (r *fakeKubeletRig) sequence() string {
 		parts = append(parts, c.what)
 	}
 	return strings.Join(parts, ",")
+}
+
+// preflightReports are the JSON reports of every preflight the restart
+// command ran, in order.
+func (r *fakeKubeletRig) preflightReports() []preflight.Report {
+	r.t.Helper()
+	f, err := os.Open(filepath.Join(r.dir, "preflight.json"))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []preflight.Report
+	dec := json.NewDecoder(f)
+	for {
+		var rep preflight.Report
+		if err := dec.Decode(&rep); err != nil {
+			if err != io.EOF {
+				r.t.Fatalf("preflight's report: %v", err)
+			}
+			return out
+		}
+		out = append(out, rep)
+	}
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
 }
 
 // matchingNode registers a Node that reports this machine as a kubelet
@@ -503,20 +570,30 @@ func matchingNode(t testing.TB, srv *kubeapitest.Server, prefix string) (c kuber
 	return c, cfg, createNode(t, c, prefix, capacity, allocatable), kubeconfigFor(t, srv)
 }
 
-// TestIntegrationRemedy: hotplugd with --remedy=restart-kubelet and a fake
-// kubelet control, on this machine's cpu1: exactly one restart per settled
-// change and none while a burst is arriving; a restart after which the Node
-// still shows the old capacity is rolled back and reported, and not tried
+// TestIntegrationRemedy: hotplugd with --remedy=restart-kubelet and a
+// restart command for a fake kubelet with the static CPU manager, on this
+// machine's cpu1: exactly one restart per settled change and none while a
+// burst is arriving; cpu_manager_state is repaired by hotplugd preflight
+// inside that restart (between the kubelet's stop and its start) and never
+// by the daemon, which finds the file as the kubelet left it when the
+// restart begins and leaves it as preflight wrote it. A restart after which
+// the Node still shows the old capacity is reported as failed with nothing
+// rolled back (no second restart, preflight's file stays), and not tried
 // again for the same drift.
 func TestIntegrationRemedy(t *testing.T) {
 	m := machinetest.Acquire(t)
 	srv := sharedAPIServer(t)
 	c, cfg, node, kc := matchingNode(t, srv, "remedy")
-	k := newFakeKubelet(t, kc, node, cfg)
+	cfg = staticCPUConfig(t, cfg)
+	root := t.TempDir()
+	state := filepath.Join(root, preflight.CPUManagerState)
+	original := writeCPUState(t, state)
+	k := newFakeKubelet(t, kc, node, cfg, root)
 	const settle, interval = time.Second, 8 * time.Second
-	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kc, "--kubelet-config", cfg, "--kubelet-root-dir", t.TempDir(),
+	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kc, "--kubelet-config", cfg, "--kubelet-root-dir", root,
+		"--kubelet-version", fakeKubeletVersion,
 		"--remedy", "restart-kubelet", "--settle", settle.String(), "--remedy-interval", interval.String(), "--remedy-timeout", "2s",
-		"--kubelet-stop-command", k.stop, "--kubelet-start-command", k.start)
+		"--kubelet-restart-command", k.restart)
 	waitCondition(t, c, node, v1.ConditionFalse, 5*time.Second)
 
 	// 1. cpu1 goes offline in the middle of a 3 s burst of memory uevents.
@@ -539,30 +616,48 @@ func TestIntegrationRemedy(t *testing.T) {
 	burstEnd := <-burstDone
 	d.WaitFor(15*time.Second, func(e logEntry) bool { return e.Msg == "remedy done" && e.Str("outcome") == "remediated" })
 	calls := k.calls()
-	if k.sequence() != "stop,start" {
-		t.Fatalf("kubelet calls %q, want one restart (stop,start)", k.sequence())
+	if k.sequence() != "stop,preflight,start" {
+		t.Fatalf("kubelet calls %q, want one restart (stop,preflight,start)", k.sequence())
 	}
 	if calls[0].at.Before(burstEnd.Add(settle)) {
 		t.Errorf("the kubelet was stopped %v after the burst's last event, want at least the settle time %v", calls[0].at.Sub(burstEnd), settle)
 	}
 	t.Logf("the burst's last event, then %v later the kubelet was stopped", calls[0].at.Sub(burstEnd).Round(time.Millisecond))
+	repaired := checkRepairedInRestart(t, k, calls[1], 1, state, original)
+	if d := cpuStateVerdict(t, state, cfg); d != "" {
+		t.Errorf("after the restart, cpu_manager_state does not verify for the machine with cpu1 offline: %s", d)
+	}
 	waitCondition(t, c, node, v1.ConditionFalse, 5*time.Second)
-	waitEvents(t, c, node, nodepatch.ReasonRemediated, 1, 5*time.Second)
+	ev := waitEvents(t, c, node, nodepatch.ReasonRemediated, 1, 5*time.Second)
+	if !strings.Contains(ev[0].Message, "hotplugd preflight repaired "+preflight.CPUManagerState) {
+		t.Errorf("Remediated event %q does not say preflight repaired %s in the kubelet's start", ev[0].Message, preflight.CPUManagerState)
+	}
 	if ev := events(t, c, node, nodepatch.ReasonCapacityDrift); len(ev) != 1 {
 		t.Errorf("%d CapacityDrift events, want 1", len(ev))
 	}
+	if got := sha256Of(t, state); got != repaired {
+		t.Errorf("cpu_manager_state changed after preflight's repair (hash %s, preflight wrote %s): hotplugd wrote it", got, repaired)
+	}
 
 	// 2. cpu1 back, but the restarted kubelet keeps reporting 1 CPU: the
-	// restart is rolled back and reported.
+	// remedy fails and is reported; nothing is rolled back (one restart,
+	// preflight's repair stays).
 	k.setBroken(true)
 	m.SetCPUOnline(t, 1, true)
 	failed := d.WaitFor(interval+15*time.Second, func(e logEntry) bool { return e.Msg == "remedy failed" })
-	if got := k.sequence(); got != "stop,start,stop,start,stop,start" {
-		t.Errorf("kubelet calls %q, want the restart and its rollback", got)
+	if got := k.sequence(); got != "stop,preflight,start,stop,preflight,start" {
+		t.Errorf("kubelet calls %q, want one more restart and no rollback", got)
+	}
+	calls = k.calls()
+	if len(calls) == 6 {
+		repaired = checkRepairedInRestart(t, k, calls[4], 2, state, repaired)
+	}
+	if d := cpuStateVerdict(t, state, cfg); d != "" {
+		t.Errorf("after the failed remedy, cpu_manager_state does not verify for the machine with cpu1 online (rolled back?): %s", d)
 	}
 	cond, _, _ := waitConditionReason(t, c, node, v1.ConditionTrue, nodepatch.ReasonRemediationFailed, 5*time.Second)
-	if !strings.Contains(cond.Message, "rolled back") {
-		t.Errorf("condition %+v, want RemediationFailed and rolled back", cond)
+	if !strings.Contains(cond.Message, "left to its supervisor") || strings.Contains(cond.Message, "rolled back") {
+		t.Errorf("condition %+v, want RemediationFailed, the kubelet left to its supervisor, nothing rolled back", cond)
 	}
 	waitEvents(t, c, node, nodepatch.ReasonRemediationFailed, 1, 5*time.Second)
 
@@ -571,15 +666,138 @@ func TestIntegrationRemedy(t *testing.T) {
 	// rate limit allows.
 	k.setBroken(false)
 	time.Sleep(interval + 2*time.Second)
-	if got := k.sequence(); got != "stop,start,stop,start,stop,start" {
+	if got := k.sequence(); got != "stop,preflight,start,stop,preflight,start" {
 		t.Errorf("kubelet calls %q after the interval, want no new attempt for the same drift", got)
 	}
 	d.WaitFor(5*time.Second, func(e logEntry) bool {
 		return e.Msg == "remedy plan" && strings.Contains(e.Str("plan"), "not repeated until one of them changes") && e.Time.After(failed.Time)
 	})
+	if got := sha256Of(t, state); got != repaired {
+		t.Errorf("cpu_manager_state changed after preflight's last repair: hotplugd wrote it")
+	}
 	// 4. cpu1 offline again: the machine is what the Node says.
 	m.SetCPUOnline(t, 1, false)
 	waitCondition(t, c, node, v1.ConditionFalse, 10*time.Second)
+	if r := d.Metric(`hotplugd_kubelet_restarts_total`); r != 2 {
+		t.Errorf("hotplugd_kubelet_restarts_total = %v, want 2", r)
+	}
+}
+
+// checkRepairedInRestart checks the n-th restart's preflight (call pre):
+// it found cpu_manager_state as it was before the restart (hash of was:
+// hotplugd did not write it), exited 0 and repaired it, with the old file
+// as its backup. It returns the hash of the file preflight wrote.
+func checkRepairedInRestart(t *testing.T, k *fakeKubeletRig, pre call, n int, state, was string) string {
+	t.Helper()
+	if pre.status != "0" {
+		t.Errorf("restart %d: preflight exited %s; its stderr:\n%s", n, pre.status, readFileString(filepath.Join(k.dir, "preflight.err")))
+	}
+	if pre.before != was {
+		t.Errorf("restart %d: cpu_manager_state at the kubelet's stop (hash %s) is not the file as it was before the remedy (%s): the daemon wrote it", n, pre.before, was)
+	}
+	if pre.after == pre.before {
+		t.Errorf("restart %d: preflight left cpu_manager_state as it was: no repair in the kubelet's start", n)
+	}
+	reps := k.preflightReports()
+	if len(reps) != n {
+		t.Fatalf("%d preflight reports after restart %d, want %d", len(reps), n, n)
+	}
+	var res *preflight.Result
+	for i := range reps[n-1].Results {
+		if reps[n-1].Results[i].File == preflight.CPUManagerState {
+			res = &reps[n-1].Results[i]
+		}
+	}
+	if res == nil || res.Verdict != preflight.Repaired || res.Backup == "" {
+		t.Fatalf("restart %d: preflight's report %+v, want %s repaired with a backup", n, reps[n-1], preflight.CPUManagerState)
+	}
+	if got := sha256Of(t, res.Backup); got != was {
+		t.Errorf("restart %d: preflight's backup %s is not the file as it was (hash %s, want %s)", n, res.Backup, got, was)
+	}
+	// The only backups are preflight's: the daemon made none.
+	backups, _ := filepath.Glob(state + ".hotplugd-backup-*")
+	if len(backups) != n {
+		t.Errorf("restart %d: backups %v, want the %d preflight made", n, backups, n)
+	}
+	return pre.after
+}
+
+// staticCPUConfig is the configuration at path with the static CPU manager
+// (its CPU reservation, kubeReserved's 100m, takes cpu0), in a new file.
+func staticCPUConfig(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "kubelet-config-static.yaml")
+	if err := os.WriteFile(out, append(b, "cpuManagerPolicy: static\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// writeCPUState writes the cpu_manager_state a static-policy kubelet
+// writes at its start on this machine with no pod pinned, and returns its
+// hash.
+func writeCPUState(t testing.TB, path string) string {
+	t.Helper()
+	snap, err := topology.NewFS("/sys", "/proc").Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := (&cpumgr.State{Format: cpumgr.FormatV2, PolicyName: cpumgr.PolicyStatic, DefaultCPUSet: cpumgr.KubeletCPUs(snap)}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return sha256Hex(b)
+}
+
+// cpuStateVerdict is the kubelet's start-up verdict on the
+// cpu_manager_state at path for this machine as it is now ("": it starts).
+func cpuStateVerdict(t testing.TB, path, cfgPath string) string {
+	t.Helper()
+	snap, err := topology.NewFS("/sys", "/proc").Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := kubeletconfig.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := kubeletversion.Lookup(kubeletversion.MustParse(fakeKubeletVersion))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ccfg, err := cpumgr.NewConfig(cfg, snap, path, rel)
+	if err != nil {
+		return "configuration: " + err.Error()
+	}
+	s, err := cpumgr.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if err := cpumgr.Validate(s, snap, ccfg); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+func sha256Of(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256Hex(b)
+}
+
+func readFileString(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
 }
 
 // TestIntegrationAPIServerOutage: the API server is away for 60 s while
@@ -628,10 +846,17 @@ func TestIntegrationDryRun(t *testing.T) {
 	cfg := kubeletConfig(t)
 	capacity, allocatable := machineStatus(t, cfg)
 	node := createNode(t, c, "dryrun", withCPU(capacity, "64"), allocatable)
+	calls := filepath.Join(t.TempDir(), "calls")
 	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kubeconfigFor(t, srv), "--kubelet-config", cfg, "--dry-run",
-		"--remedy", "restart-kubelet", "--settle", "0s", "--kubelet-stop-command", "false", "--kubelet-start-command", "false")
+		"--remedy", "restart-kubelet", "--settle", "0s", "--kubelet-restart-command", "echo restart >> "+shellQuote(calls))
 	d.WaitFor(5*time.Second, func(e logEntry) bool { return e.Msg == "dry run: would patch the node" })
 	d.WaitFor(5*time.Second, func(e logEntry) bool { return e.Msg == "dry run: would restart the kubelet" })
+	if b, err := os.ReadFile(calls); err == nil {
+		t.Errorf("a dry run ran the restart command: %s", b)
+	}
+	if r := d.Metric(`hotplugd_kubelet_restarts_total`); r != 0 {
+		t.Errorf("hotplugd_kubelet_restarts_total = %v in a dry run", r)
+	}
 	if cond, n := condition(t, c, node); cond != nil || n.Annotations[nodepatch.AnnotationCapacity] != "" {
 		t.Errorf("dry run wrote the node: %+v %v", cond, n.Annotations)
 	}

@@ -71,17 +71,23 @@ func reportFixture() error {
 
 // processRig is a fixture machine with a kubelet process hotplugd finds in
 // a procfs of its own (the fixture's files, the kubelet's /proc/<pid>
-// linked in), stopped and started by scripts that hotplugd and the test
-// (as the operator) both run.
+// linked in), stopped and started by scripts the test (as the operator)
+// runs, and restarted by a script that is hotplugd's
+// --kubelet-restart-command: stop, `hotplugd preflight` on the kubelet's
+// command line (its failure never stops the start, as systemd's
+// ExecStartPre=- in the drop-in), start.
 type processRig struct {
 	t                *testing.T
 	dir, sys, proc   string
 	cfg, mode, calls string
 	pidfile          string
-	start, stop      string
-	c                kubernetes.Interface
-	node, kubeconfig string
-	capacity         v1.ResourceList
+	// kubelet is the path the kubelet runs as (argv[0], absolute, as a
+	// unit's ExecStart names it): a symlink to the test binary.
+	kubelet              string
+	start, stop, restart string
+	c                    kubernetes.Interface
+	node, kubeconfig     string
+	capacity             v1.ResourceList
 }
 
 func newProcessRig(t *testing.T, srv interface{ Client() kubernetes.Interface }, kubeconfig string, cpus int, cfgBody string, nodeCPUs string) *processRig {
@@ -92,12 +98,22 @@ func newProcessRig(t *testing.T, srv interface{ Client() kubernetes.Interface },
 	}
 	r := &processRig{t: t, dir: dir, sys: filepath.Join(dir, "sys"), proc: filepath.Join(dir, "proc"),
 		cfg: filepath.Join(dir, "config.yaml"), mode: filepath.Join(dir, "mode"), calls: filepath.Join(dir, "calls"),
-		pidfile: filepath.Join(dir, "kubelet.pid"), c: srv.Client(), kubeconfig: kubeconfig}
+		pidfile: filepath.Join(dir, "kubelet.pid"), kubelet: filepath.Join(dir, "bin", "kubelet"), c: srv.Client(), kubeconfig: kubeconfig}
 	// The uptime, for the kubelet's start time.
 	if err := os.Symlink("/proc/uptime", filepath.Join(r.proc, "uptime")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "root"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(r.kubelet), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(self, r.kubelet); err != nil {
 		t.Fatal(err)
 	}
 	r.writeConfig(cfgBody)
@@ -108,24 +124,21 @@ func newProcessRig(t *testing.T, srv interface{ Client() kubernetes.Interface },
 	r.capacity = snap.Capacity()
 	reported := withCPU(r.capacity, nodeCPUs)
 	r.node = createNode(t, r.c, "follow", reported, reported)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := fmt.Sprintf("%s=%s FAKE_MODE=%s FAKE_KUBECONFIG=%s FAKE_NODE=%s FAKE_SYSFS=%s FAKE_PROCFS=%s",
-		fakeKubeletEnv, fakeKubeletProcessMode, r.mode, kubeconfig, r.node, r.sys, r.proc)
-	// Both idempotent, as hotplugd requires: start leaves a running kubelet
-	// alone, stop a stopped one. $1 says who runs them.
+	env := fmt.Sprintf("GORACE=%s %s=%s FAKE_MODE=%s FAKE_KUBECONFIG=%s FAKE_NODE=%s FAKE_SYSFS=%s FAKE_PROCFS=%s",
+		shellQuote(crashHelperGorace()), fakeKubeletEnv, fakeKubeletProcessMode, r.mode, kubeconfig, r.node, r.sys, r.proc)
+	// start and stop are idempotent: start leaves a running kubelet alone,
+	// stop a stopped one. $1 says who runs them.
 	r.start = filepath.Join(dir, "start.sh")
 	r.stop = filepath.Join(dir, "stop.sh")
+	r.restart = filepath.Join(dir, "restart.sh")
 	writeScript(t, r.start, fmt.Sprintf(`p=$(cat %[1]s 2>/dev/null)
 if [ -n "$p" ] && [ -s /proc/$p/cmdline ]; then exit 0; fi
 echo "$1 start $(date +%%s%%N)" >> %[2]s
-env %[3]s bash -c 'exec -a kubelet "$0" --config "$1" --root-dir "$2"' %[4]s %[5]s %[6]s/root >> %[6]s/kubelet.log 2>&1 < /dev/null &
+env %[3]s %[4]s --config %[5]s --root-dir %[6]s/root >> %[6]s/kubelet.log 2>&1 < /dev/null &
 p=$!
 echo $p > %[1]s
 ln -sfn /proc/$p %[7]s/$p
-`, r.pidfile, r.calls, env, self, r.cfg, dir, r.proc))
+`, r.pidfile, r.calls, env, r.kubelet, r.cfg, dir, r.proc))
 	writeScript(t, r.stop, fmt.Sprintf(`echo "$1 stop $(date +%%s%%N)" >> %[2]s
 p=$(cat %[1]s 2>/dev/null)
 [ -n "$p" ] || exit 0
@@ -133,6 +146,13 @@ kill $p 2>/dev/null
 while [ -s /proc/$p/cmdline ]; do sleep 0.02; done
 rm -f %[3]s/$p %[1]s
 `, r.pidfile, r.calls, r.proc))
+	writeScript(t, r.restart, fmt.Sprintf(`echo "$1 restart $(date +%%s%%N)" >> %[1]s
+%[2]s "$1"
+status=0
+%[3]s preflight --sysfs-root %[4]s --procfs-root %[5]s --kubelet-version %[6]s -- %[7]s --config %[8]s --root-dir %[9]s/root >> %[9]s/preflight.log 2>&1 || status=$?
+echo "$1 preflight $(date +%%s%%N) $status" >> %[1]s
+%[10]s "$1"
+`, r.calls, r.stop, binary, r.sys, r.proc, fakeKubeletVersion, r.kubelet, r.cfg, dir, r.start))
 	t.Cleanup(func() {
 		if b, err := os.ReadFile(r.pidfile); err == nil {
 			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
@@ -203,17 +223,25 @@ func (r *processRig) pid() int {
 	return pid
 }
 
-// hotplugdCalls are the stops and starts hotplugd asked for.
+// hotplugdCalls are the steps of the restarts hotplugd asked for:
+// restart, stop, preflight (with its exit status: "preflight=0"), start.
 func (r *processRig) hotplugdCalls() []string {
 	b, _ := os.ReadFile(r.calls)
 	var out []string
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "hotplugd" {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 3 && f[0] == "hotplugd":
 			out = append(out, f[1])
+		case len(f) == 4 && f[0] == "hotplugd" && f[1] == "preflight":
+			out = append(out, f[1]+"="+f[3])
 		}
 	}
 	return out
 }
+
+// oneRestart is hotplugdCalls for one restart through the restart command.
+const oneRestart = "restart,stop,preflight=0,start"
 
 // daemon starts hotplugd for the rig, with extra flags.
 func (r *processRig) daemon(stateDir string, extra ...string) *daemonProc {
@@ -222,7 +250,7 @@ func (r *processRig) daemon(stateDir string, extra ...string) *daemonProc {
 		"--sysfs-root", r.sys, "--procfs-root", r.proc, "--kubelet-version", "v1.36.3",
 		"--remedy", "restart-kubelet", "--settle", "300ms", "--remedy-interval", "1s", "--remedy-timeout", "3s",
 		"--kubelet-poll", "200ms", "--kubelet-grace", "2s", "--state-dir", stateDir,
-		"--kubelet-stop-command", r.stop + " hotplugd", "--kubelet-start-command", r.start + " hotplugd"}, extra...)
+		"--kubelet-restart-command", r.restart + " hotplugd"}, extra...)
 	return startClusterDaemon(r.t, args...)
 }
 
@@ -275,7 +303,7 @@ func TestIntegrationFollowsKubeletRestart(t *testing.T) {
 	// Given time to act (settle, interval, grace), hotplugd does nothing.
 	time.Sleep(4 * time.Second)
 	if calls := r.hotplugdCalls(); len(calls) != 0 {
-		t.Errorf("hotplugd stopped or started the kubelet: %v", calls)
+		t.Errorf("hotplugd restarted the kubelet: %v", calls)
 	}
 	cond, node := condition(t, r.c, r.node)
 	if cond == nil || cond.Status != v1.ConditionFalse {
@@ -329,8 +357,8 @@ func TestIntegrationKubeletAfterHotplugd(t *testing.T) {
 	first := r.pid()
 	setStatus(t, r.c, r.node, r.capacity, withCPU(r.capacity, "3"))
 	d.WaitFor(20*time.Second, func(e logEntry) bool { return e.Msg == "remedy done" && e.Str("outcome") == "remediated" })
-	if got := strings.Join(r.hotplugdCalls(), ","); got != "stop,start" {
-		t.Errorf("hotplugd's kubelet calls %q, want stop,start", got)
+	if got := strings.Join(r.hotplugdCalls(), ","); got != oneRestart {
+		t.Errorf("hotplugd's kubelet calls %q, want one restart through the restart command (%s)", got, oneRestart)
 	}
 	if r.pid() == first {
 		t.Error("the kubelet process did not change")
@@ -339,20 +367,29 @@ func TestIntegrationKubeletAfterHotplugd(t *testing.T) {
 }
 
 // TestIntegrationFailedRemedyNotRepeated: a remedy that failed (the
-// restarted kubelet never reports the machine) is not attempted again for
-// the same drift by three hotplugds started after it on the same journal
-// (issue 11, point 4: a crash-looping hotplugd restarts nothing).
+// restarted kubelet never reports the machine) is one restart, with
+// nothing rolled back: the new kubelet is left running, to its supervisor.
+// It is not attempted again for the same drift by three hotplugds started
+// after it on the same journal (issue 11, point 4: a crash-looping
+// hotplugd restarts nothing).
 func TestIntegrationFailedRemedyNotRepeated(t *testing.T) {
 	srv := sharedAPIServer(t)
 	kc := kubeconfigFor(t, srv)
 	r := newProcessRig(t, srv, kc, 4, "", "8") // the Node says 8 CPUs, the machine has 4
 	r.setBroken(true)
 	r.operator(r.start)
+	first := r.pid()
 	state := t.TempDir()
 	d := r.daemon(state)
-	d.WaitFor(20*time.Second, func(e logEntry) bool { return e.Msg == "remedy failed" })
-	if got := strings.Join(r.hotplugdCalls(), ","); got != "stop,start,stop,start" {
-		t.Fatalf("hotplugd's kubelet calls %q, want the restart and its rollback", got)
+	failed := d.WaitFor(20*time.Second, func(e logEntry) bool { return e.Msg == "remedy failed" })
+	if got := strings.Join(r.hotplugdCalls(), ","); got != oneRestart {
+		t.Fatalf("hotplugd's kubelet calls %q, want one restart (%s) and no rollback", got, oneRestart)
+	}
+	if !strings.Contains(failed.Str("error"), "the Node still reports") {
+		t.Errorf("remedy failed with %q, want the Node still reporting the old capacity", failed.Str("error"))
+	}
+	if p := r.pid(); p == first || !processRuns(p) {
+		t.Errorf("after the failed remedy the kubelet is pid %d (running %v), want the restarted one (not %d) left running", p, processRuns(p), first)
 	}
 	d.Stop()
 	for i := range 3 {
@@ -361,8 +398,8 @@ func TestIntegrationFailedRemedyNotRepeated(t *testing.T) {
 			return e.Msg == "remedy plan" && strings.Contains(e.Str("plan"), "not repeated until one of them changes")
 		})
 		time.Sleep(2 * time.Second) // settle, interval and grace over
-		if got := len(r.hotplugdCalls()); got != 4 {
-			t.Fatalf("after hotplugd's restart %d: %d kubelet calls, want still 4", i+1, got)
+		if got := strings.Join(r.hotplugdCalls(), ","); got != oneRestart {
+			t.Fatalf("after hotplugd's restart %d: kubelet calls %q, want still the one restart", i+1, got)
 		}
 		d.Stop()
 	}
@@ -398,7 +435,7 @@ func TestIntegrationRefusedConfigurationNoRestart(t *testing.T) {
 	r.daemon(state) // and not after a restart of hotplugd either
 	time.Sleep(3 * time.Second)
 	if calls := r.hotplugdCalls(); len(calls) != 0 {
-		t.Errorf("hotplugd stopped or started the kubelet: %v", calls)
+		t.Errorf("hotplugd restarted the kubelet: %v", calls)
 	}
 	if ev := events(t, r.c, r.node, nodepatch.ReasonKubeletWouldRefuse); len(ev) != 1 || ev[0].Count > 1 {
 		t.Errorf("KubeletWouldRefuse events %d (count %d), want one", len(ev), ev[0].Count)
@@ -406,5 +443,49 @@ func TestIntegrationRefusedConfigurationNoRestart(t *testing.T) {
 	cond, _ := condition(t, r.c, r.node)
 	if cond == nil || cond.Status != v1.ConditionTrue {
 		t.Errorf("condition %+v, want True", cond)
+	}
+}
+
+// processRuns says whether pid is a running process (not a zombie).
+func processRuns(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return pid > 0 && err == nil && len(b) > 0
+}
+
+// TestIntegrationStagedConfigWithheld: the kubelet's configuration file was
+// changed after the kubelet started (a change staged for after a drain);
+// then the machine lost CPUs. A restart would apply the staged change, so
+// hotplugd withholds it (issue 19, point 2): no restart, one Warning
+// Event RestartWithheld saying why, the journal's outcome withheld, and a
+// hotplugd started again adds neither a restart nor an Event.
+func TestIntegrationStagedConfigWithheld(t *testing.T) {
+	srv := sharedAPIServer(t)
+	kc := kubeconfigFor(t, srv)
+	r := newProcessRig(t, srv, kc, 4, "kubeReserved:\n  cpu: 200m\n", "8") // the Node says 8 CPUs, the machine has 4
+	r.setBroken(true)                                                      // the running kubelet's Node stays as it was
+	r.operator(r.start)
+	time.Sleep(100 * time.Millisecond) // the change comes after the kubelet's start, by more than a clock tick
+	r.writeConfig("kubeReserved:\n  cpu: 500m\n")
+	state := t.TempDir()
+	d := r.daemon(state)
+	withheld := d.WaitFor(20*time.Second, func(e logEntry) bool { return isOutcome(e) })
+	if withheld.Str("outcome") != "withheld" || !strings.Contains(withheld.Str("error"), "configuration changed after the kubelet started") {
+		t.Errorf("remedy ended %s (%s), want withheld: the configuration changed after the kubelet started", withheld.Str("outcome"), withheld.Str("error"))
+	}
+	ev := waitEvents(t, r.c, r.node, nodepatch.ReasonRestartWithheld, 1, 10*time.Second)
+	if ev[0].Type != v1.EventTypeWarning || !strings.Contains(ev[0].Message, "the kubelet was not restarted") || !strings.Contains(ev[0].Message, r.cfg) {
+		t.Errorf("RestartWithheld event %s %q, want a Warning naming %s", ev[0].Type, ev[0].Message, r.cfg)
+	}
+	d.Stop()
+	d = r.daemon(state)
+	d.WaitFor(10*time.Second, func(e logEntry) bool {
+		return e.Msg == "remedy plan" && strings.Contains(e.Str("plan"), "ended withheld: not repeated until one of them changes")
+	})
+	time.Sleep(2 * time.Second) // settle, interval and grace over
+	if calls := r.hotplugdCalls(); len(calls) != 0 {
+		t.Errorf("hotplugd restarted the kubelet: %v", calls)
+	}
+	if ev := events(t, r.c, r.node, nodepatch.ReasonRestartWithheld); len(ev) != 1 || ev[0].Count > 1 {
+		t.Errorf("RestartWithheld events %d (count %d), want one", len(ev), ev[0].Count)
 	}
 }
