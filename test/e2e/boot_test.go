@@ -4,15 +4,19 @@ package e2e
 
 import (
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/hotplugd/hotplugd/pkg/preflight"
 )
 
 // TestBootPreflight is scenario 3, the boot story: the machine comes back
 // with one CPU less while its kubelet (static CPU manager) is down. Started
-// alone, the kubelet exits at once; started through `hotplugd preflight`,
-// as the systemd drop-in's ExecStartPre does, it starts and its Node shows
-// 1 CPU.
+// alone, the kubelet exits at once; started as its supervisor starts it
+// with hotplugd's drop-in (`hotplugd preflight -- <the kubelet's command
+// line>` first, its exit status ignored as ExecStartPre=- does), it starts
+// with cpu_manager_state rebuilt to "0" and its Node shows 1 CPU.
 func TestBootPreflight(t *testing.T) {
 	s := setup(t)
 	m := acquireMachine(t)
@@ -30,16 +34,19 @@ func TestBootPreflight(t *testing.T) {
 
 	t.Run("preflight", func(t *testing.T) {
 		// As deploy/systemd/kubelet.service.d/10-hotplugd-preflight.conf:
-		// the kubelet starts only when the preflight succeeded.
-		script := shellQuote(s.hotplugd) + " preflight --kubelet-root-dir " + shellQuote(k.RootDir) +
-			" --kubelet-config " + shellQuote(k.Config) + " --kubelet-binary " + shellQuote(s.kubeletBin) + " && " + shellQuote(k.StartScript)
-		t0 := time.Now()
-		out, err := exec.Command("/bin/sh", "-c", script).CombinedOutput()
+		// preflight with the kubelet's command line, then the kubelet,
+		// whatever preflight's exit status.
+		offset, t0 := k.logSize(), time.Now()
+		out, err := exec.Command("/bin/sh", "-c", k.SupervisedStartScript).CombinedOutput()
 		started := time.Since(t0)
 		if err != nil {
-			t.Fatalf("preflight, then start: %v\n%s", err, out)
+			t.Fatalf("the supervised start: %v\n%s", err, out)
 		}
-		t.Logf("hotplugd preflight and the start script took %v:\n%s", started.Round(time.Millisecond), out)
+		run := k.onePreflight(t, offset)
+		t.Logf("hotplugd preflight and the start script took %v; preflight exited %d:\n%s", started.Round(time.Millisecond), run.exit, run.report)
+		if run.exit != 0 || !strings.Contains(run.report, preflight.CPUManagerState+": "+string(preflight.Repaired)+" ") {
+			t.Errorf("preflight in the kubelet's start exited %d, want 0 with cpu_manager_state repaired:\n%s", run.exit, run.report)
+		}
 		took, n, ok := waitNode(t, s, t0, time.Minute, cpuIs("1"))
 		if !ok {
 			t.Fatalf("the Node is not correct 1 min after the start: capacity %v allocatable %v; end of the kubelet's log:\n%s",
@@ -60,6 +67,6 @@ func TestBootPreflight(t *testing.T) {
 			t.Errorf("start -> Node correct took %v, want at most 5 s", took)
 		}
 		results.add(result{scenario: "3 boot (preflight)", side: "hotplugd preflight", change: change, correct: seconds(took) + " from the start",
-			restarts: k.startsSince(t0), writes: 0, note: "preflight + start script " + seconds(started) + "; state rebuilt to defaultCpuSet 0"})
+			restarts: k.startsSince(t0), writes: 0, note: "preflight + start script " + seconds(started) + "; state rebuilt to defaultCpuSet 0 by preflight in the kubelet's start"})
 	})
 }

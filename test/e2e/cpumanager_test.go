@@ -6,12 +6,17 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/hotplugd/hotplugd/internal/daemontest"
+	"github.com/hotplugd/hotplugd/pkg/nodepatch"
+	"github.com/hotplugd/hotplugd/pkg/preflight"
 )
 
 // staticCPUManager is the kubelet configuration of the CPU-upgrade
@@ -28,9 +33,11 @@ const cpu1Online = "/sys/devices/system/cpu/cpu1/online"
 
 // TestStaticCPUManager is scenario 2: cpu1 goes offline while a kubelet
 // with the static CPU manager runs. The kubelet alone keeps reporting 2
-// CPUs, and restarting it without a repair fails; with hotplugd the state
-// file is rebuilt to "0", the kubelet restarted, and the Node shows 1 CPU;
-// cpu1 back online: 2 again.
+// CPUs, and restarting it without a repair fails; with hotplugd, which only
+// plans the repair and asks the kubelet's supervisor for one restart, the
+// state file is rebuilt to "0" by hotplugd preflight in the kubelet's
+// start (the restart script's, as the systemd drop-in's ExecStartPre), and
+// the Node shows 1 CPU; cpu1 back online: the same, to "0-1" and 2 CPUs.
 func TestStaticCPUManager(t *testing.T) {
 	s := setup(t)
 	m := acquireMachine(t)
@@ -64,7 +71,8 @@ func TestStaticCPUManager(t *testing.T) {
 		// Two restarts within seconds: the rate limit (default one per
 		// 10 min) is lowered for the second.
 		d := startHotplugd(t, s, k, "--remedy-interval", "1s")
-		writes0, mark, events0 := hotplugdWrites(t, d), d.Mark(), eventCounts(t, s)
+		writes0, mark, events0, offset := hotplugdWrites(t, d), d.Mark(), eventCounts(t, s), k.logSize()
+		remediated0 := eventsWith(t, s, nodepatch.ReasonRemediated, repairedInStart)
 		t0 := time.Now()
 		m.SetCPUOnline(t, 1, false)
 		took, n, ok := waitNode(t, s, time.Now(), time.Minute, cpuIs("1"))
@@ -77,18 +85,20 @@ func TestStaticCPUManager(t *testing.T) {
 		if got := defaultCPUSet(t, k); got != "0" {
 			t.Errorf("cpu_manager_state defaultCpuSet %q after the remedy, want 0", got)
 		}
-		if backups, _ := filepath.Glob(filepath.Join(k.RootDir, "cpu_manager_state.hotplugd-backup-*")); len(backups) != 1 {
-			t.Errorf("backups of cpu_manager_state: %v, want 1", backups)
-		}
 		checkRemedy(t, s, d, k, t0, took, restart, 1)
+		checkRepairInStart(t, d, k, mark, offset, 1)
 		writes := settleWrites(t, d) - writes0
 		events := remediatedOnce(t, s, events0)
+		if n := eventsWith(t, s, nodepatch.ReasonRemediated, repairedInStart) - remediated0; n != 1 {
+			t.Errorf("%d Remediated Events saying %q, want 1", n, repairedInStart)
+		}
 		results.add(result{scenario: "2 static CPU manager", side: "hotplugd", change: offline, correct: seconds(took),
 			restarts: k.startsSince(t0), writes: writes,
-			note: "state rebuilt to defaultCpuSet 0; kubelet " + timeline(k, t0) + "; events " + events.String()})
+			note: "state rebuilt to defaultCpuSet 0 by preflight in the kubelet's start; kubelet " + timeline(k, t0) + "; events " + events.String()})
 
 		// cpu1 back online.
-		writes0, mark, events0 = hotplugdWrites(t, d), d.Mark(), eventCounts(t, s)
+		writes0, mark, events0, offset = hotplugdWrites(t, d), d.Mark(), eventCounts(t, s), k.logSize()
+		remediated0 = eventsWith(t, s, nodepatch.ReasonRemediated, repairedInStart)
 		t0 = time.Now()
 		if err := os.WriteFile(cpu1Online, []byte("1"), 0); err != nil {
 			t.Fatal(err)
@@ -104,12 +114,53 @@ func TestStaticCPUManager(t *testing.T) {
 			t.Errorf("cpu_manager_state defaultCpuSet %q after the remedy, want 0-1", got)
 		}
 		checkRemedy(t, s, d, k, t0, took, restart, 2)
+		checkRepairInStart(t, d, k, mark, offset, 2)
 		writes = settleWrites(t, d) - writes0
 		events = remediatedOnce(t, s, events0)
+		if n := eventsWith(t, s, nodepatch.ReasonRemediated, repairedInStart) - remediated0; n != 1 {
+			t.Errorf("%d Remediated Events saying %q, want 1", n, repairedInStart)
+		}
 		results.add(result{scenario: "2 static CPU manager", side: "hotplugd", change: "cpu1 back online", correct: seconds(took),
 			restarts: k.startsSince(t0), writes: writes,
-			note: "state rebuilt to defaultCpuSet 0-1; kubelet " + timeline(k, t0) + "; events " + events.String()})
+			note: "state rebuilt to defaultCpuSet 0-1 by preflight in the kubelet's start; kubelet " + timeline(k, t0) + "; events " + events.String()})
 	})
+}
+
+// repairedInStart is what the Remediated Event says when hotplugd preflight
+// rebuilt cpu_manager_state in the kubelet's start.
+const repairedInStart = "hotplugd preflight repaired cpu_manager_state in its start"
+
+// checkRepairInStart checks that the remedy after mark (daemon log) and
+// offset (kubelet log) repaired cpu_manager_state where the new design
+// puts it: the daemon only planned it (its restart line says "would
+// repair"), hotplugd preflight in the kubelet's start wrote it, and its
+// backup is the one the report names, the backups now numbering backups.
+func checkRepairInStart(t *testing.T, d *daemontest.Daemon, k *kubelet, mark, offset, backups int) {
+	t.Helper()
+	if files := askedRestart(t, d, mark).Str("state_files"); !strings.Contains(files, preflight.CPUManagerState+" "+string(preflight.WouldRepair)) {
+		t.Errorf("the daemon asked for the restart with state_files %q, want %s %s (planned, not written)", files, preflight.CPUManagerState, preflight.WouldRepair)
+	}
+	run := checkStartPreflight(t, k, offset, preflight.CPUManagerState)
+	found, _ := filepath.Glob(filepath.Join(k.RootDir, preflight.CPUManagerState+".hotplugd-backup-*"))
+	if len(found) != backups {
+		t.Errorf("backups of cpu_manager_state: %v, want %d", found, backups)
+	}
+	if named := lineWith(run.report, "backup: "); named == "" || !slices.Contains(found, strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(named), "backup:"))) {
+		t.Errorf("the backup preflight's report names (%q) is not among %v:\n%s", named, found, run.report)
+	}
+}
+
+// eventsWith counts the Events on the Node with reason whose message
+// contains substr.
+func eventsWith(t *testing.T, s *suite, reason, substr string) int {
+	t.Helper()
+	n := 0
+	for _, e := range nodeEvents(t, s, reason) {
+		if strings.Contains(e.Message, substr) {
+			n += int(max(e.Count, 1))
+		}
+	}
+	return n
 }
 
 // startStaticKubelet starts a kubelet with the static CPU manager on this

@@ -3,9 +3,11 @@
 // Package e2e reproduces the incidents hotplugd exists for, end to end, on
 // this machine: a real kubelet (v1.36.3, hack/kubebin.sh) on Debian's
 // containerd, registered with a real kube-apiserver and etcd
-// (internal/kubeapitest), and hotplugd as a separate process restarting
-// that kubelet with the same shell scripts an operator would give it
-// (--kubelet-stop-command, --kubelet-start-command).
+// (internal/kubeapitest), and hotplugd as a separate process asking for
+// that kubelet's restart with a shell script that stands for its supervisor
+// (--kubelet-restart-command: stop, hotplugd preflight with the kubelet's
+// command line, its exit status ignored as systemd's ExecStartPre=- does,
+// start).
 //
 // Each scenario asserts both sides: the kubelet alone keeps reporting what
 // the machine had when it started (or refuses to start), and with hotplugd

@@ -538,12 +538,24 @@ func finalMachineCheck() error {
 	return fmt.Errorf("the machine was not as found at the end of the run:\n  %s", strings.Join(left, "\n  "))
 }
 
-// runningKubelet finds a process named kubelet (read from /proc only).
+// runningKubelet finds a process named kubelet (read from /proc only)
+// that runs a kubelet binary: not another program run through a symlink
+// named kubelet (test/integration's crash tests run their own binary so,
+// possibly at the same time as this run), nor `kubelet --version` (what
+// hotplugd preflight runs to learn the version).
 func runningKubelet() (int, bool) {
 	comms, _ := filepath.Glob("/proc/[0-9]*/comm")
 	for _, c := range comms {
 		if b, err := os.ReadFile(c); err == nil && strings.TrimSpace(string(b)) == "kubelet" {
 			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(c)))
+			if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && filepath.Base(strings.TrimSuffix(exe, " (deleted)")) != "kubelet" {
+				continue
+			}
+			if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
+				if args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00"); len(args) == 2 && args[1] == "--version" {
+					continue
+				}
+			}
 			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !isZombie(st) {
 				return pid, true
 			}

@@ -18,7 +18,9 @@ const hugepages2Mi v1.ResourceName = "hugepages-2Mi"
 // TestHugepages is scenario 1: 64 x 2Mi hugepages reserved through node0's
 // file while the kubelet runs. The kubelet alone keeps hugepages-2Mi: 0;
 // with hotplugd the Node shows 128Mi and allocatable memory 128Mi lower
-// after one kubelet restart, and the condition is False again.
+// after one restart hotplugd asked of the kubelet's supervisor (whose
+// start ran hotplugd preflight, which had nothing to repair), and the
+// condition is False again.
 func TestHugepages(t *testing.T) {
 	s := setup(t)
 	m := acquireMachine(t)
@@ -59,7 +61,7 @@ func TestHugepages(t *testing.T) {
 	t.Run("hotplugd", func(t *testing.T) {
 		d := startHotplugd(t, s, k)
 		defer d.Stop() // before the hugepages are given back (a drift again)
-		writes0, mark, events0 := hotplugdWrites(t, d), d.Mark(), eventCounts(t, s)
+		writes0, mark, events0, offset := hotplugdWrites(t, d), d.Mark(), eventCounts(t, s), k.logSize()
 		t0 := time.Now()
 		m.SetHugePages(t, node0Hugepages2Mi, 64)
 		changed := time.Now()
@@ -71,6 +73,7 @@ func TestHugepages(t *testing.T) {
 		restart := remedyDone(t, d, mark, 30*time.Second)
 		t.Logf("change -> Node correct: %v (kubelet calls: %s; the remedy took %v)", took.Round(time.Millisecond), timeline(k, t0), restart.Round(time.Millisecond))
 		checkRemedy(t, s, d, k, t0, took, restart, 1)
+		checkStartPreflight(t, k, offset) // no state file to repair
 		writes := settleWrites(t, d) - writes0
 		events := remediatedOnce(t, s, events0)
 		results.add(result{scenario: "1 hugepages", side: "hotplugd", change: change, correct: seconds(took),

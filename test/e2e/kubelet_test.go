@@ -23,15 +23,25 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// kubelet is the test's kubelet, started and stopped by two shell scripts
-// that hotplugd uses as well (--kubelet-start-command,
-// --kubelet-stop-command):
+// kubelet is the test's kubelet, run by shell scripts that stand for its
+// supervisor (what systemd is to kubelet.service with hotplugd's drop-in):
 //
 //   - start: appends "start <unix ns>" to the calls file, starts the
 //     kubelet with setsid (a session of its own, no terminal signals), its
 //     output appended to its log, and writes its PID to the pid file;
 //   - stop: appends "stop <unix ns>", sends SIGTERM to that PID and waits
-//     for it to exit (SIGKILL after 20 s).
+//     for it to exit (SIGKILL after 20 s);
+//   - supervised start: the supervisor's start with the drop-in: appends
+//     "preflight <unix ns>", runs `hotplugd preflight -- <the kubelet's
+//     command line>` with its output appended to the kubelet's log between
+//     two marker lines (the second with its exit status), ignores that
+//     status (systemd's ExecStartPre=-), then runs the start script;
+//   - restart: hotplugd's --kubelet-restart-command: appends "restart
+//     <unix ns>", runs the stop script, then the supervised start.
+//
+// The calls file thus reads "restart, stop, preflight, start" for one
+// restart hotplugd asked for, and "stop" or "start" alone for the test's
+// own.
 type kubelet struct {
 	s       *suite
 	dir     string
@@ -41,10 +51,13 @@ type kubelet struct {
 	// binary first: what a unit's ExecStart gives it, and what
 	// `hotplugd preflight --` is given.
 	Args []string
-	// StartScript and StopScript are the scripts' paths.
-	StartScript, StopScript string
-	log, calls, pidFile     string
-	healthz                 string
+	// StartScript and StopScript are the scripts' paths;
+	// SupervisedStartScript runs hotplugd preflight before StartScript;
+	// RestartScript is StopScript, then SupervisedStartScript.
+	StartScript, StopScript              string
+	SupervisedStartScript, RestartScript string
+	log, calls, pidFile                  string
+	healthz                              string
 	// Started is when the harness started it last.
 	Started time.Time
 	// Port is its HTTPS port (anonymous, AlwaysAllow): /metrics/probes,
@@ -91,7 +104,7 @@ const aliveFunc = `{{define "alive"}}alive() {
 
 const startScript = `#!/bin/sh
 # Starts the e2e kubelet in the background, detached from this shell and
-# its output, and records its PID. hotplugd's --kubelet-start-command.
+# its output, and records its PID.
 set -eu
 if [ -e {{q .NoStart}} ]; then
 	echo "the e2e run is being cut short: not starting the kubelet" >&2
@@ -112,7 +125,7 @@ echo $! >{{q .PIDFile}}
 
 const stopScript = `#!/bin/sh
 # Stops the e2e kubelet by the PID its start script recorded, and returns
-# once it has exited. hotplugd's --kubelet-stop-command.
+# once it has exited.
 set -u
 echo "stop $(date +%s%N)" >>{{q .Calls}}
 {{template "alive" .}}
@@ -127,6 +140,43 @@ while alive; do
 	if [ "$i" -gt 500 ]; then echo "kubelet $pid does not exit" >&2; exit 1; fi
 	sleep 0.05
 done
+`
+
+// supervisedStartScript is the kubelet's start as its supervisor makes it
+// with hotplugd's drop-in: hotplugd preflight with the kubelet's command
+// line, whose exit status is ignored (ExecStartPre=-: preflight never keeps
+// the kubelet from starting), then the start. preflight's report goes to
+// the kubelet's log, above the kubelet's own words, as in its journal.
+const supervisedStartScript = `#!/bin/sh
+# Starts the e2e kubelet as its supervisor would with hotplugd's drop-in:
+# hotplugd preflight first, its exit status ignored, then the start script.
+set -u
+if [ -e {{q .NoStart}} ]; then
+	echo "the e2e run is being cut short: not starting the kubelet" >&2
+	exit 1
+fi
+now=$(date +%s%N)
+echo "preflight $now" >>{{q .Calls}}
+echo "==== e2e: preflight $now" >>{{q .Log}}
+{{q .Hotplugd}} preflight --{{range .Args}} {{q .}}{{end}} </dev/null >>{{q .Log}} 2>&1
+echo "==== e2e: preflight exit $?" >>{{q .Log}}
+exec {{q .StartScript}}
+`
+
+// restartScript is hotplugd's --kubelet-restart-command: the supervisor's
+// restart (systemctl restart kubelet with the drop-in).
+const restartScript = `#!/bin/sh
+# Restarts the e2e kubelet as its supervisor would: stop, then the
+# supervised start (hotplugd preflight, then the start). hotplugd's
+# --kubelet-restart-command.
+set -u
+if [ -e {{q .NoStart}} ]; then
+	echo "the e2e run is being cut short: not restarting the kubelet" >&2
+	exit 1
+fi
+echo "restart $(date +%s%N)" >>{{q .Calls}}
+{{q .StopScript}} || exit 1
+exec {{q .SupervisedStartScript}}
 `
 
 // startKubelet starts a kubelet registering nodeName, with extraConfig
@@ -174,6 +224,7 @@ func startKubeletWith(t *testing.T, s *suite, spec kubeletSpec) *kubelet {
 	k := &kubelet{
 		s: s, dir: dir, RootDir: filepath.Join(dir, "root"), Config: filepath.Join(dir, "kubelet.yaml"),
 		StartScript: filepath.Join(dir, "start-kubelet.sh"), StopScript: filepath.Join(dir, "stop-kubelet.sh"),
+		SupervisedStartScript: filepath.Join(dir, "supervised-start-kubelet.sh"), RestartScript: filepath.Join(dir, "restart-kubelet.sh"),
 		log: filepath.Join(dir, "kubelet.log"), calls: filepath.Join(dir, "calls"), pidFile: filepath.Join(dir, "kubelet.pid"),
 	}
 	if spec.KubeadmLayout {
@@ -206,11 +257,14 @@ func startKubeletWith(t *testing.T, s *suite, spec kubeletSpec) *kubelet {
 	data := map[string]any{
 		"Socket": s.containerd.Socket, "Port": ports[0], "HealthzPort": ports[1], "Dir": dir, "Extra": spec.Config,
 		"Args": k.Args, "RootDirArg": k.rootDirArg(), "Log": k.log, "Calls": k.calls, "PIDFile": k.pidFile,
-		"NoStart": s.noStart,
+		"NoStart": s.noStart, "Hotplugd": s.hotplugd, "StartScript": k.StartScript, "StopScript": k.StopScript,
+		"SupervisedStartScript": k.SupervisedStartScript,
 	}
 	writeTemplate(t, k.Config, kubeletConfig, data, 0o644)
 	writeTemplate(t, k.StartScript, aliveFunc+startScript, data, 0o755)
 	writeTemplate(t, k.StopScript, aliveFunc+stopScript, data, 0o755)
+	writeTemplate(t, k.SupervisedStartScript, supervisedStartScript, data, 0o755)
+	writeTemplate(t, k.RestartScript, restartScript, data, 0o755)
 
 	stop := emergency.push("stop the kubelet", func() {
 		if err := k.run(k.StopScript); err != nil {
@@ -351,7 +405,8 @@ func (k *kubelet) logTail(n int) string {
 	return tail(b, n)
 }
 
-// call is one run of a script: "start" or "stop", and when.
+// call is one run of a script: "restart", "stop", "preflight" (the
+// supervised start's) or "start", and when.
 type call struct {
 	what string
 	at   time.Time
@@ -374,15 +429,81 @@ func (k *kubelet) callsSince(t0 time.Time) []call {
 	return out
 }
 
-// startsSince counts the kubelet starts after t0.
-func (k *kubelet) startsSince(t0 time.Time) int {
+// countSince counts the script runs named what after t0.
+func (k *kubelet) countSince(t0 time.Time, what string) int {
 	n := 0
 	for _, c := range k.callsSince(t0) {
-		if c.what == "start" {
+		if c.what == what {
 			n++
 		}
 	}
 	return n
+}
+
+// startsSince counts the kubelet starts after t0.
+func (k *kubelet) startsSince(t0 time.Time) int { return k.countSince(t0, "start") }
+
+// oneSupervisedRestart says what is wrong ("" when nothing) with the script
+// runs after t0 for one restart asked of the supervisor: exactly "restart,
+// stop, preflight, start" in that order, nothing else (no stop or start
+// of hotplugd's own, no second restart).
+func (k *kubelet) oneSupervisedRestart(t0 time.Time) string {
+	var got []string
+	for _, c := range k.callsSince(t0) {
+		got = append(got, c.what)
+	}
+	if want := []string{"restart", "stop", "preflight", "start"}; !slices.Equal(got, want) {
+		return fmt.Sprintf("script runs %v (%s), want %v: one restart of the supervisor's, with preflight in the kubelet's start", got, timeline(k, t0), want)
+	}
+	return ""
+}
+
+// startPreflight is one run of hotplugd preflight by the supervised start,
+// as the kubelet's log has it.
+type startPreflight struct {
+	// exit is its exit status (-1: the run has no end marker).
+	exit int
+	// report is what it printed: the text report, and warnings.
+	report string
+}
+
+// preflightsSince are the supervised starts' preflight runs in the
+// kubelet's log after offset (logSize).
+func (k *kubelet) preflightsSince(offset int) []startPreflight {
+	var out []startPreflight
+	var cur *startPreflight
+	var lines []string
+	for _, line := range strings.Split(k.logSince(offset), "\n") {
+		switch {
+		case strings.HasPrefix(line, "==== e2e: preflight exit "):
+			if cur != nil {
+				cur.exit, _ = strconv.Atoi(strings.TrimPrefix(line, "==== e2e: preflight exit "))
+				cur.report = strings.Join(lines, "\n")
+				out = append(out, *cur)
+				cur = nil
+			}
+		case strings.HasPrefix(line, "==== e2e: preflight "):
+			cur, lines = &startPreflight{exit: -1}, nil
+		case cur != nil:
+			lines = append(lines, line)
+		}
+	}
+	if cur != nil {
+		cur.report = strings.Join(lines, "\n")
+		out = append(out, *cur)
+	}
+	return out
+}
+
+// onePreflight returns the one preflight run in the kubelet's log after
+// offset, and fails t when there is not exactly one or it did not end.
+func (k *kubelet) onePreflight(t *testing.T, offset int) startPreflight {
+	t.Helper()
+	runs := k.preflightsSince(offset)
+	if len(runs) != 1 || runs[0].exit < 0 {
+		t.Fatalf("%d preflight runs in the kubelet's log, want 1 that ended: %+v; the log:\n%s", len(runs), runs, tail([]byte(k.logSince(offset)), 4000))
+	}
+	return runs[0]
 }
 
 // deleteNode removes nodeName and its Events, so that a scenario starts

@@ -131,7 +131,8 @@ func (c eventCount) since(before eventCount) eventCount {
 // String reads "CapacityDrift x1, Remediated x1", hotplugd's reasons only.
 func (c eventCount) String() string {
 	var parts []string
-	for _, r := range []string{nodepatch.ReasonCapacityDrift, nodepatch.ReasonRemediated, nodepatch.ReasonRemediationFailed, nodepatch.ReasonNeedsDrain} {
+	for _, r := range []string{nodepatch.ReasonCapacityDrift, nodepatch.ReasonRemediated, nodepatch.ReasonRemediationFailed, nodepatch.ReasonNeedsDrain,
+		nodepatch.ReasonRestartWithheld, nodepatch.ReasonKubeletWouldRefuse} {
 		if c[r] > 0 {
 			parts = append(parts, fmt.Sprintf("%s x%d", r, c[r]))
 		}

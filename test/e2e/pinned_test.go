@@ -20,6 +20,7 @@ import (
 
 	"github.com/hotplugd/hotplugd/internal/deploytest"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
+	"github.com/hotplugd/hotplugd/pkg/preflight"
 )
 
 // pinnedPod is the Guaranteed pod of TestPinnedPod: one exclusive CPU
@@ -146,10 +147,12 @@ func checkUntouched(t *testing.T, s *suite, before, after podState, cpuset bool)
 
 // TestPinnedPod runs a Guaranteed pod pinned to cpu1 by the static CPU
 // manager through hotplugd's actions: a hugepage change, which hotplugd
-// remedies by restarting the kubelet, leaves the pod running in the same
-// container on the same CPU; cpu1 offline, which would drop the pod's
-// assignment, makes hotplugd stop at a NeedsDrain Event naming the pod, and
-// leaves the kubelet, its state file and the pod alone.
+// remedies by asking the kubelet's supervisor for one restart (hotplugd
+// preflight in its start finds cpu_manager_state valid and keeps the pod's
+// assignment), leaves the pod running in the same container on the same
+// CPU; cpu1 offline, which would drop the pod's assignment, makes hotplugd
+// stop at a NeedsDrain Event naming the pod: no restart asked, and the
+// kubelet, its state file and the pod left alone.
 func TestPinnedPod(t *testing.T) {
 	s := setup(t)
 	m := acquireMachine(t)
@@ -214,7 +217,7 @@ func TestPinnedPod(t *testing.T) {
 	d := startHotplugd(t, s, k, "--remedy-interval", "1s")
 
 	t.Run("hugepage remedy", func(t *testing.T) {
-		writes0 := hotplugdWrites(t, d)
+		writes0, offset := hotplugdWrites(t, d), k.logSize()
 		mark, t1 := d.Mark(), time.Now()
 		m.SetHugePages(t, node0Hugepages2Mi, 16)
 		want := resource.MustParse("32Mi")
@@ -225,8 +228,17 @@ func TestPinnedPod(t *testing.T) {
 			t.Fatalf("the Node does not show 32Mi of 2Mi hugepages 1 min after the change: %v; hotplugd's log:\n%s", n.Status.Capacity, d.Dump())
 		}
 		restart := remedyDone(t, d, mark, 30*time.Second)
-		if starts := k.startsSince(t1); starts != 1 {
-			t.Errorf("%d kubelet starts, want 1 (%s)", starts, timeline(k, t1))
+		if why := k.oneSupervisedRestart(t1); why != "" {
+			t.Error(why)
+		}
+		// preflight in the kubelet's start judged the pod's assignment
+		// valid and left it; the kubelet kept it.
+		run := checkStartPreflight(t, k, offset)
+		if !strings.Contains(run.report, preflight.CPUManagerState+": "+string(preflight.Valid)+" ") {
+			t.Errorf("preflight in the kubelet's start did not find cpu_manager_state valid:\n%s", run.report)
+		}
+		if !strings.Contains(readFile(t, filepath.Join(k.RootDir, preflight.CPUManagerState)), string(before.UID)) {
+			t.Errorf("cpu_manager_state lost the assignment of pod %s", before.UID)
 		}
 		// The kubelet re-admits its pods and reconciles their CPUs after
 		// its start: give it its reconcile period before judging.
@@ -243,7 +255,7 @@ func TestPinnedPod(t *testing.T) {
 		stateBefore := readFile(t, state)
 		podBefore := readPodState(t, s, "pinned")
 		drains := len(nodeEvents(t, s, nodepatch.ReasonNeedsDrain))
-		writes0 := hotplugdWrites(t, d)
+		writes0, mark := hotplugdWrites(t, d), d.Mark()
 		t1 := time.Now()
 		m.SetCPUOnline(t, 1, false)
 		var msg string
@@ -261,8 +273,13 @@ func TestPinnedPod(t *testing.T) {
 		}
 		// Nothing happens after it: watched for as long as a remedy takes.
 		time.Sleep(10 * time.Second)
-		if starts := k.startsSince(t1); starts != 0 {
-			t.Errorf("the kubelet was started %d times (%s), want none", starts, timeline(k, t1))
+		if calls := k.callsSince(t1); len(calls) != 0 {
+			t.Errorf("the kubelet's scripts ran (%s), want no restart, stop or start", timeline(k, t1))
+		}
+		for _, e := range d.Since(mark) {
+			if e.Msg == restartAsked {
+				t.Errorf("the daemon asked for a restart: %s", e.RawLine)
+			}
 		}
 		if got := readFile(t, state); got != stateBefore {
 			t.Errorf("cpu_manager_state changed:\n%s\n->\n%s", stateBefore, got)
@@ -275,7 +292,7 @@ func TestPinnedPod(t *testing.T) {
 		// kernel's doing, not hotplugd's; the pod itself is untouched.
 		checkUntouched(t, s, podBefore, after, false)
 		results.add(result{scenario: "8 pinned pod", side: "hotplugd", change: "cpu1 offline under the pinned pod",
-			correct: "NeedsDrain Event " + seconds(took) + " (no restart, by design)", restarts: k.startsSince(t1), writes: settleWrites(t, d) - writes0,
+			correct: "NeedsDrain Event " + seconds(took) + " (no restart asked, by design)", restarts: k.startsSince(t1), writes: settleWrites(t, d) - writes0,
 			note: fmt.Sprintf("state file untouched; before: %s; after: %s; event: %s", podBefore, after, msg)})
 	})
 }

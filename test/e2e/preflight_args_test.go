@@ -35,8 +35,9 @@ const policyMismatch = `configured policy "none" differs from state checkpoint p
 // its cpu_manager_state valid, exits 0 and touches nothing, and the kubelet
 // starts. The control is what the drop-in gave preflight before it took the
 // command line (the configuration file and root directory alone): policy
-// none against a static checkpoint, exit 2, a kubelet that never starts
-// again.
+// none against a static checkpoint, exit 2. Under that drop-in (no "-" on
+// its ExecStartPre) it was a kubelet that never started again; under
+// today's it is a wrong report above a kubelet that starts.
 func TestPreflightArgsPolicyByFlag(t *testing.T) {
 	s := setup(t)
 	acquireMachine(t)
@@ -46,8 +47,9 @@ func TestPreflightArgsPolicyByFlag(t *testing.T) {
 	const change = "none: static CPU manager by flag, kubelet stopped and started"
 
 	t.Run("config file only", func(t *testing.T) {
-		// Not the kubelet's command line: the blocked start of issue 11.
-		// Files untouched here too (exit 2 never writes).
+		// Not the kubelet's command line: the blocked start of issue 11
+		// (before the drop-in's "-" of issue 19), and still a wrong
+		// judgement. Files untouched here too (exit 2 never writes).
 		run := runPreflight(t, s, "--kubelet-config", k.Config, "--kubelet-root-dir", k.RootDir, "--kubelet-binary", s.kubeletBin)
 		if run.code != 2 {
 			t.Fatalf("preflight without the kubelet's flags exited %d, want 2 (it read policy none against a static checkpoint); %s", run.code, run)
@@ -230,11 +232,12 @@ func runPreflight(t *testing.T, s *suite, args ...string) preflightRun {
 }
 
 // preflightThenStart does what the drop-in does: `hotplugd preflight --
-// <the kubelet's command line>`, then, when it exits 0, the kubelet's
-// start. It requires a report without warnings whose files are in the
-// kubelet's root directory, a kubelet that comes up and stays up, and a
-// Node status from it with what the machine has now; it returns the time
-// from the start of the preflight to that status.
+// <the kubelet's command line>`, then the kubelet's start (the drop-in's
+// "-" starts it whatever preflight's exit status; here preflight must exit
+// 0, which is what it has to find). It requires a report without warnings
+// whose files are in the kubelet's root directory, a kubelet that comes up
+// and stays up, and a Node status from it with what the machine has now;
+// it returns the time from the start of the preflight to that status.
 func preflightThenStart(t *testing.T, s *suite, k *kubelet) (time.Duration, preflightRun) {
 	t.Helper()
 	// The stopped kubelet's Node stays as it left it: "correct" is a
