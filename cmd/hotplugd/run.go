@@ -61,17 +61,17 @@ type runOptions struct {
 	DryRun         bool
 
 	// The remedy.
-	Remedy              string
-	Settle              time.Duration
-	RemedyInterval      time.Duration
-	RemedyTimeout       time.Duration
+	Remedy                string
+	Settle                time.Duration
+	RemedyInterval        time.Duration
+	RemedyTimeout         time.Duration
 	MaxRestartsPerDay     int
 	AllowReadinessReset   bool
 	KubeletUnit           string
 	KubeletRestartCommand string
 	StateDir              string
-	KubeletPoll         time.Duration
-	KubeletGrace        time.Duration
+	KubeletPoll           time.Duration
+	KubeletGrace          time.Duration
 
 	minMemoryDelta resource.Quantity
 }
