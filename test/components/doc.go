@@ -9,8 +9,10 @@
 //     nothing else of the base may change; promtool checks the
 //     PrometheusRule's rules and runs testdata/rules_test.yaml on them;
 //   - restart-kubelet, --remedy=restart-kubelet instead of the base's
-//     report, alone and with monitoring. test/e2e/node runs it on a systemd
-//     node.
+//     report, and the directories of the kubelet's binary and of its
+//     unit's environment file mounted read-only at their host paths, alone
+//     and with monitoring. test/e2e/node runs it on a
+//     systemd node.
 //
 // The tools are $HOTPLUGD_KUSTOMIZE and $HOTPLUGD_PROMTOOL (make components
 // sets them), else what hack/tool.sh builds (once per machine; promtool

@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -134,7 +136,10 @@ func guestKubeconfig(t *testing.T) (kubeconfig, clientPEM []byte) {
 // reservedSystemCPUs "0" allocatable would be 1 CPU, and the scheduler
 // would preempt the pinned pod for the system-node-critical DaemonSet.
 // The kubelet's API (10250, forwarded to the host) answers without
-// authentication, for the summary API.
+// authentication, for the summary API. A crashed container is restarted
+// within 2 s (crashLoopBackOff, KubeletCrashLoopBackOffMax, beta and on
+// since 1.35) instead of after a back-off that doubles up to 5 minutes: the
+// fault trials kill the DaemonSet's pod's process dozens of times.
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 authentication:
@@ -152,6 +157,8 @@ systemReserved:
   cpu: 500m
 nodeStatusUpdateFrequency: 2s
 nodeStatusReportFrequency: 2s
+crashLoopBackOff:
+  maxContainerRestartPeriod: 2s
 `
 
 // kubeadmFlags is /var/lib/kubelet/kubeadm-flags.env, kubeadm's per-node
@@ -184,8 +191,30 @@ func waitNode(t *testing.T, from time.Time, timeout time.Duration, what string, 
 	}) {
 		return time.Since(from)
 	}
-	t.Fatalf("the Node did not show %s within %v; last capacity %v", what, timeout, capacityOf(last))
+	t.Fatalf("the Node did not show %s within %v; last capacity %v; its last Events:\n%s", what, timeout, capacityOf(last), lastNodeEvents(t, 6))
 	return 0
+}
+
+// lastNodeEvents are the Node's last n Events, a line each (for failure
+// messages: hotplugd says there why it restarted nothing).
+func lastNodeEvents(t *testing.T, n int) string {
+	t.Helper()
+	list, err := api(t).Client().CoreV1().Events("").List(context.Background(), metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + nodeName,
+	})
+	if err != nil {
+		return err.Error()
+	}
+	evs := list.Items
+	slices.SortFunc(evs, func(a, b v1.Event) int { return a.LastTimestamp.Compare(b.LastTimestamp.Time) })
+	if len(evs) > n {
+		evs = evs[len(evs)-n:]
+	}
+	var b strings.Builder
+	for _, e := range evs {
+		fmt.Fprintf(&b, "%s %s %s x%d: %s\n", e.LastTimestamp.UTC().Format(time.RFC3339), e.Type, e.Reason, max(e.Count, 1), e.Message)
+	}
+	return b.String()
 }
 
 // holdsFor checks that the Node keeps satisfying ok for d (polling every

@@ -18,6 +18,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/hotplugd/hotplugd/internal/deploytest"
 	"github.com/hotplugd/hotplugd/internal/testimage"
@@ -26,40 +27,27 @@ import (
 
 // daemonSetRemedy is scenario 6: hotplugd as the DaemonSet, with the
 // opt-in restart-kubelet component, on this systemd node before hotplugd's
-// unit is installed. The DaemonSet goes through the real kustomize (a test
-// overlay: the image `make image` built, imported into the guest's
-// containerd, and the API server's address through the guest's forward) and
-// the host's controller manager and scheduler; the pod runs as the base
-// says: every capability dropped but NET_ADMIN, the runtime's seccomp
-// profile, a read-only root file system, the host's /run/dbus mounted. A
-// DIMM is hot-added under the pinned pod: the pod restarts the kubelet
-// through the host's systemd over D-Bus, and the pinned pod and the
-// DaemonSet's own pod come through it unchanged. The DaemonSet and the
-// controllers are removed afterwards (their node lifecycle controller would
-// taint the Node while the VM is off between the later boots).
+// unit is installed (its binary and the kubelet's preflight drop-in are, by
+// the node's provisioning: the pod restarts a kubelet with a static CPU
+// manager only when its start runs hotplugd preflight). The DaemonSet goes
+// through the real kustomize (a test overlay: the image `make image` built,
+// imported into the guest's containerd, and the API server's address
+// through the guest's forward) and the host's controller manager and
+// scheduler; the pod runs as the base says: every capability dropped but
+// NET_ADMIN, the runtime's seccomp profile, a read-only root file system,
+// the host's /run/dbus mounted, and the component's /usr/bin (the kubelet's
+// binary, for its change time). A DIMM is hot-added under the pinned pod:
+// the pod asks the host's systemd over D-Bus for one restart of
+// kubelet.service, and the pinned pod and the DaemonSet's own pod come
+// through it unchanged. The DaemonSet and the controllers are removed
+// afterwards (their node lifecycle controller would taint the Node while
+// the VM is off between the later boots).
 func daemonSetRemedy(t *testing.T, v *vm, img testimage.Image) {
-	s := api(t)
 	before := v.waitPinnedRunning()
-	if err := s.StartControllers(); err != nil {
-		t.Fatal(err)
-	}
-	// The controllers go after the DaemonSet's pods (cleanups run in reverse).
-	t.Cleanup(s.StopControllers)
 	v.importImages(img)
-	host, port, _ := net.SplitHostPort(apiServerAddr)
-	objs := deploytest.Build(t, repoRoot, tempDir(t, "hotplugd-node-overlay-"), deploytest.Overlay{
-		Image: img, APIHost: host, APIPort: port, Components: []string{"restart-kubelet"},
-	})
-	if args := deploytest.DaemonSetArgs(objs); !slices.Contains(args, "--remedy=restart-kubelet") {
-		t.Fatalf("the restart-kubelet component did not set --remedy=restart-kubelet: args %q", args)
-	}
-	c := s.Client()
+	c := api(t).Client()
 	t0 := time.Now()
-	remove := deploytest.Apply(t, s.RestConfig(), objs)
-	var containerID string
-	t.Cleanup(func() { removeDaemonSet(t, v, remove, containerID) })
-	pod := waitDaemonPod(t, v, t0)
-	containerID = strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	pod := deployDaemonSet(t, v, img)
 	readyIn := time.Since(t0)
 	addResult(result{scenario: "6 DaemonSet remedy", side: "hotplugd pod", change: "kustomize build (restart-kubelet component) + apply",
 		correct: "pod Ready " + seconds(readyIn), writes: -1,
@@ -89,9 +77,9 @@ func daemonSetRemedy(t *testing.T, v *vm, img testimage.Image) {
 	}
 	// Who restarted it: the pod, over D-Bus.
 	log := v.podLog(pod, 200)
-	via, ok := logField(log, "restarting the kubelet", "via")
+	via, ok := logField(log, askedRestart, "via")
 	if !ok {
-		t.Errorf("the pod's log has no \"restarting the kubelet\":\n%s", log)
+		t.Errorf("the pod's log has no %q:\n%s", askedRestart, log)
 	}
 	if via != "systemd unit kubelet.service" {
 		t.Errorf("the pod restarted the kubelet via %q, want the systemd unit kubelet.service (over D-Bus)", via)
@@ -101,9 +89,14 @@ func daemonSetRemedy(t *testing.T, v *vm, img testimage.Image) {
 	if m := denied.FindAllString(log, -1); len(m) > 0 {
 		t.Errorf("the pod's log has denials: %q", m)
 	}
-	remediated := v.hotplugdMetric(`hotplugd_remedies_total{outcome="remediated"}`)
-	if remediated != 1 {
-		t.Errorf("the pod's hotplugd_remedies_total{outcome=\"remediated\"} %v, want 1; its log:\n%s", remediated, log)
+	// The pod's verification ends when its informer has the Node this test
+	// has just read.
+	var remediated float64
+	if !waitFor(30*time.Second, 200*time.Millisecond, func() bool {
+		remediated = v.hotplugdMetric(`hotplugd_remedies_total{outcome="remediated"}`)
+		return remediated == 1
+	}) {
+		t.Errorf("the pod's hotplugd_remedies_total{outcome=\"remediated\"} %v, want 1; its log:\n%s", remediated, v.podLog(pod, 200))
 	}
 	stops := v.exec("journalctl", "-u", "kubelet", "--since", cur, "-o", "cat", "--no-pager", "--grep", "^Stopping kubelet").Stdout
 	if strings.TrimSpace(stops) == "" {
@@ -168,7 +161,74 @@ func daemonSetRemedy(t *testing.T, v *vm, img testimage.Image) {
 	addResult(result{scenario: "6 DaemonSet remedy", side: "hotplugd pod", change: "CPU 1 offline under the pinned pod (then online again)",
 		correct: "NeedsDrain Event " + seconds(took) + " (no restart, by design)", restarts: restarts, writes: -1,
 		note: fmt.Sprintf("state file byte for byte unchanged; pinned after: %s; event: %s", after, msg)})
+
+	// A flag staged in /etc/default/kubelet, which the pod reads through
+	// the component's mount of /etc/default: withheld, as from the unit
+	// (scenario 7).
+	stagedChanges[0].check(t, v, 1, "6 DaemonSet remedy", "hotplugd pod")
 }
+
+// deployDaemonSet starts the controllers, applies deploy/kubernetes with
+// the restart-kubelet component through the test overlay (with extraArgs
+// added to the container's arguments, which win over the base's) and waits
+// for the pod to be Ready. The DaemonSet, then the controllers, are removed
+// when t ends.
+func deployDaemonSet(t *testing.T, v *vm, img testimage.Image, extraArgs ...string) *v1.Pod {
+	t.Helper()
+	s := api(t)
+	if err := s.StartControllers(); err != nil {
+		t.Fatal(err)
+	}
+	// The controllers go after the DaemonSet's pods (cleanups run in reverse).
+	t.Cleanup(s.StopControllers)
+	host, port, _ := net.SplitHostPort(apiServerAddr)
+	objs := deploytest.Build(t, repoRoot, tempDir(t, "hotplugd-node-overlay-"), deploytest.Overlay{
+		Image: img, APIHost: host, APIPort: port, Components: []string{"restart-kubelet"},
+	})
+	args := deploytest.DaemonSetArgs(objs)
+	if !slices.Contains(args, "--remedy=restart-kubelet") {
+		t.Fatalf("the restart-kubelet component did not set --remedy=restart-kubelet: args %q", args)
+	}
+	if len(extraArgs) > 0 {
+		setDaemonSetArgs(t, objs, append(args, extraArgs...))
+	}
+	t0 := time.Now()
+	remove := deploytest.Apply(t, s.RestConfig(), objs)
+	var containerID string
+	t.Cleanup(func() { removeDaemonSet(t, v, remove, containerID) })
+	pod := waitDaemonPod(t, v, t0)
+	containerID = strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	return pod
+}
+
+// setDaemonSetArgs replaces the arguments of the DaemonSet's container in
+// kustomize's output.
+func setDaemonSetArgs(t *testing.T, objs []*unstructured.Unstructured, args []string) {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() != "DaemonSet" {
+			continue
+		}
+		cs, _, err := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		if err != nil || len(cs) == 0 {
+			t.Fatalf("the DaemonSet has no containers: %v", err)
+		}
+		list := make([]any, len(args))
+		for i, a := range args {
+			list[i] = a
+		}
+		cs[0].(map[string]any)["args"] = list
+		if err := unstructured.SetNestedSlice(o.Object, cs, "spec", "template", "spec", "containers"); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatal("no DaemonSet in kustomize's output")
+}
+
+// askedRestart is the message hotplugd logs when it asks the kubelet's
+// supervisor for the restart (pkg/remedy).
+const askedRestart = "asking the kubelet's supervisor to restart it"
 
 // nodeEvents are the Node's Events with the reason.
 func nodeEvents(t *testing.T, reason string) []v1.Event {
@@ -307,7 +367,14 @@ func logField(log, msg, field string) (string, bool) {
 // reaction, not the grace.
 func (v *vm) pastKubeletGrace() {
 	v.t.Helper()
-	time.Sleep(22*time.Second - v.kubeletUptime())
+	v.pastGrace(20 * time.Second)
+}
+
+// pastGrace waits until the guest's kubelet has run for 2 s longer than
+// grace.
+func (v *vm) pastGrace(grace time.Duration) {
+	v.t.Helper()
+	time.Sleep(grace + 2*time.Second - v.kubeletUptime())
 }
 
 // kubeletUptime is how long the guest's kubelet has been running.

@@ -3,7 +3,9 @@
 // as PID 1, containerd, runc, the kubelet of hack/kubebin.sh laid out as
 // kubeadm lays it out) under QEMU's TCG, joined to an API server on the host
 // (internal/kubeapitest), with hotplugd installed by the README's own
-// commands, `--remedy=restart-kubelet` through systemd's D-Bus API.
+// commands, `--remedy=restart-kubelet` through systemd's D-Bus API: one
+// RestartUnit job that systemd owns, the state files repaired by hotplugd
+// preflight in the kubelet's start (ExecStartPre=-, never blocking).
 //
 // The API server runs on the host, not in the guest: a guest API server
 // (etcd and kube-apiserver under TCG) would take minutes to start at every
@@ -15,8 +17,8 @@
 // agent (test/e2e/node/agent) and kubelet API by hostfwd on 127.0.0.1.
 //
 // One node lives through five boots on one disk (a sparse copy of the
-// cached image), each scenario first with the kubelet alone, then with
-// hotplugd:
+// cached image). The seeds' incidents (1 to 4) run first with the kubelet
+// alone, then with hotplugd:
 //
 //  1. memory hot-add while the kubelet runs (a pc-dimm through QMP): alone
 //     the Node keeps its memory; with hotplugd capacity and allocatable
@@ -34,19 +36,42 @@
 //     shows them with hotplugd, not without;
 //  5. systemd: the STATUS line, the HOTPLUG_* journal fields, the watchdog
 //     (SIGSTOP), reload, and the hardening with nothing denied;
-//  6. the DaemonSet instead of the unit (first, in boot 1): deploy/kubernetes
-//     with components/restart-kubelet through the real kustomize
+//  6. the DaemonSet instead of the unit (first, in boot 1; the node's
+//     provisioning installed hotplugd's binary and the preflight drop-in
+//     before the kubelet's first start): deploy/kubernetes with
+//     components/restart-kubelet through the real kustomize
 //     (internal/deploytest), the host's controller manager and scheduler,
 //     the image `make image` built imported into the guest's containerd; a
-//     DIMM hot-add is remedied by the pod, which restarts the kubelet
-//     through the host's systemd over D-Bus with every capability dropped
-//     but NET_ADMIN, and the pinned pod and the pod itself are unchanged.
+//     DIMM hot-add is remedied by the pod, which asks the host's systemd
+//     over D-Bus for the restart with every capability dropped but
+//     NET_ADMIN, and the pinned pod and the pod itself are unchanged.
 //     The controllers and the DaemonSet are removed before the unit's
 //     scenarios (the node lifecycle controller would taint the Node while
-//     the VM is off between boots).
+//     the VM is off between boots);
+//  7. the restart withheld (boot 1): a drift (2Mi hugepages set) while
+//     KUBELET_EXTRA_ARGS is staged in /etc/default/kubelet, while the
+//     kubelet's config file is edited, and while kubelet.service is masked
+//     (--runtime, as it runs): no restart, one RestartWithheld Event each,
+//     watched for longer than a retry would take;
+//  8. hotplugd's binary removed with the drop-in left (boot 1): `systemctl
+//     restart kubelet` starts the kubelet (the "-" prefix);
+//  9. a plain kubelet unit (ExecStart=/usr/bin/kubelet --config=...
+//     --cpu-manager-policy=static, kubeadm's drop-in masked; boot 5): the
+//     valid static state passes preflight and the kubelet starts; CPU 4
+//     offline is repaired by preflight in the start hotplugd asks for;
+//  10. SIGKILL during a remedy (boot 5): hotplugd's unit, then the
+//     DaemonSet's pod's process (the unit stopped: one hotplugd per node),
+//     killed before the restart is asked, while systemd's restart job runs,
+//     while preflight repairs (the fault points of a -tags faultinject
+//     build, internal/faultpoint; the pod by what can be seen of it), and
+//     during the verification; after each, the kubelet active, its state
+//     files valid (hotplugd preflight --dry-run), at most one kubelet
+//     start. One trial per moment; $HOTPLUGD_NODE_FAULT_TRIALS more (make
+//     e2e-node-faults: 20).
 //
 // QEMU is killed by its PID and the temporary directories removed when the
 // test ends, also on failure and shortly before go test's -timeout.
 //
 //	make e2e-node
+//	make e2e-node-faults FAULT_TRIALS=20
 package node

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -25,10 +26,12 @@ import (
 )
 
 // hostBuilds are what the host builds once for the guest: hotplugd (as
-// make build does), its image (make image) and the pause and workload
-// images.
+// make build does), hotplugd with its fault points (-tags faultinject,
+// internal/faultpoint, for scenario 10), its image (make image) and the
+// pause and workload images.
 type hostBuilds struct {
 	hotplugd      string
+	faulty        string
 	hotplugdImage testimage.Image
 	pause         testimage.Image
 	workload      testimage.Image
@@ -42,6 +45,13 @@ func buildForGuest(t *testing.T) hostBuilds {
 	var err error
 	if b.hotplugd, err = testimage.GoBuild(repoRoot, dir, "./cmd/hotplugd", "hotplugd", "-s -w -X main.version=e2e-node"); err != nil {
 		t.Fatal(err)
+	}
+	b.faulty = filepath.Join(dir, "faulty", "hotplugd")
+	cmd := exec.Command("go", "build", "-trimpath", "-tags", "faultinject", "-ldflags", "-s -w -X main.version=e2e-node-faultinject", "-o", b.faulty, "./cmd/hotplugd")
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags faultinject ./cmd/hotplugd: %v\n%s", err, out)
 	}
 	tool, err := testimage.Tool(repoRoot, dir)
 	if err != nil {
@@ -179,6 +189,25 @@ func (v *vm) installHotplugd(bin string) {
 	script := readmeBlock(v.t, "systemd-install")
 	v.t.Logf("the README's systemd install:\n%s", script)
 	v.sh("cd " + at + "\n" + script)
+}
+
+// Where hotplugd's binary and the kubelet's preflight drop-in go on the
+// node (deploy/systemd, the README's systemd install).
+const (
+	guestHotplugd        = "/usr/local/bin/hotplugd"
+	guestPreflightDropIn = "/etc/systemd/system/kubelet.service.d/10-hotplugd-preflight.conf"
+)
+
+// provisionPreflight installs what a node's provisioning installs for the
+// DaemonSet's remedy before the kubelet's first start: hotplugd's binary
+// and the kubelet's preflight drop-in (no hotplugd unit). The remedy from
+// the pod restarts a kubelet with a static CPU manager only where its start
+// runs hotplugd preflight.
+func (v *vm) provisionPreflight(bin string) {
+	v.t.Helper()
+	v.putFile(bin, guestHotplugd, 0o755)
+	v.putFile(filepath.Join(repoRoot, "deploy", "systemd", "kubelet.service.d", "10-hotplugd-preflight.conf"), guestPreflightDropIn, 0o644)
+	v.run("systemctl", "daemon-reload")
 }
 
 // readmeBlock is the shell code of the README's ```sh blocks between
