@@ -88,7 +88,7 @@ type moment struct {
 	// preflight repairs cpu_manager_state in the restart's start.
 	cpu bool
 	// asked: the restart was asked for before the kill: the kubelet starts
-	// exactly once and the Node shows the machine.
+	// exactly once (else at most once: the next hotplugd's restart).
 	asked bool
 }
 
@@ -121,6 +121,9 @@ type victim struct {
 	// logs is shell that prints its log; follow, shell that follows it
 	// from its end (the pod's: its container's log file).
 	logs, follow string
+	// plans is shell that prints its last remedy plans and kubelet facts,
+	// for a failure message.
+	plans string
 	// daemonPoints: its fault points can be armed (the faultinject binary
 	// as the unit's, restarted to read them).
 	daemonPoints bool
@@ -131,6 +134,7 @@ var unitVictim = victim{
 	pid:          `systemctl show -p MainPID --value hotplugd`,
 	logs:         `journalctl -u hotplugd -b -o cat --no-pager`,
 	follow:       `journalctl -u hotplugd -f -n 0 -o cat`,
+	plans:        `journalctl -u hotplugd -b -n 400 -o json --no-pager | grep -E '"MESSAGE":"(remedy plan|kubelet found[^"]*)"' | tail -n 3`,
 	daemonPoints: true,
 }
 
@@ -144,6 +148,7 @@ func podVictim(p *v1.Pod) victim {
 		pid:    `for d in /proc/[0-9]*; do a0=; read -r -d '' a0 a1 2>/dev/null < $d/cmdline; [ "$a0" = /hotplugd ] && echo ${d#/proc/}; done | head -1`,
 		logs:   "cat " + dir + "/*.log 2>/dev/null",
 		follow: "tail -n 0 -F $(ls -t " + dir + "/*.log | head -1)",
+		plans:  "cat " + dir + "/*.log 2>/dev/null | grep -E 'remedy plan|kubelet found' | tail -n 3",
 	}
 }
 
@@ -154,8 +159,11 @@ func podVictim(p *v1.Pod) victim {
 // judged before), with CPU 4 taken offline or back online where a state
 // file repair is wanted. After each trial: the kubelet active, its state
 // files valid (hotplugd preflight --dry-run), at most one kubelet start
-// (exactly one when the restart had been asked), the Node showing the
-// machine when it had.
+// (exactly one when the restart had been asked), and the Node showing the
+// machine within 2 minutes: the restart the killed hotplugd asked for,
+// verified by the next one, or the next one's own (an interrupted attempt
+// concludes nothing). A trial that fails starts the next with a fresh
+// hotplugd; three failures in a row end the moment.
 func killDuringRemedy(t *testing.T, v *vm, b hostBuilds) {
 	before := v.waitPinnedRunning()
 	v.put(guestHotplugd, mustRead(t, b.faulty), 0o755)
@@ -206,20 +214,23 @@ func (v *vm) trials(t *testing.T, vic victim, moments []moment) {
 		t.Run(m.name, func(t *testing.T) {
 			v := v.on(t)
 			var rs []trialResult
-			missed := 0
-			for len(rs) < *faultTrials && missed <= *faultTrials {
+			missed, failedInARow := 0, 0
+			for len(rs) < *faultTrials && missed <= *faultTrials && failedInARow < 3 {
+				failed := t.Failed()
 				r := v.trial(t, vic, m)
+				if t.Failed() && !failed {
+					failedInARow++
+				} else {
+					failedInARow = 0
+				}
 				if r.missed != "" {
 					missed++
 					t.Logf("trial missed its moment (%s): not counted", r.missed)
 					continue
 				}
 				rs = append(rs, r)
-				if t.Failed() {
-					break
-				}
 			}
-			if len(rs) < *faultTrials && !t.Failed() {
+			if len(rs) < *faultTrials && failedInARow < 3 {
 				t.Errorf("%d of %d trials killed %s %s: %d timed kills came at another moment", len(rs), *faultTrials, vic.name, m.name, missed)
 			}
 			addResult(summarize(vic, m, rs, missed))
@@ -273,9 +284,18 @@ func (v *vm) trial(t *testing.T, vic victim, m moment) trialResult {
 	}
 	cur := v.mark()
 	t0 := time.Now()
-	out := v.run("/bin/bash", "-c", killScript(vic, m, drift)).Stdout
-	res := parseKill(out)
+	kr := v.exec("/bin/bash", "-c", killScript(vic, m, drift))
+	res := parseKill(kr.Stdout)
 	r := trialResult{killed: res["killed"], at: res["kubelet"]}
+	if kr.Code != 0 {
+		// hotplugd never came to the moment: say what it was doing, and
+		// start the next trial with a fresh one.
+		t.Errorf("%s did not come to the moment %q within 150 s (%s); its last plans and kubelet facts:\n%s",
+			vic.name, m.name, strings.TrimSpace(kr.Stdout+" "+kr.Stderr), v.bash(vic.plans))
+		v.resetVictim(vic)
+		r.missed = "it never came to the moment"
+		return r
+	}
 	switch {
 	case m.trigger == atStale && res["asked"] != "0":
 		r.missed = "it had asked for the restart when it was killed"
@@ -306,20 +326,15 @@ func (v *vm) trial(t *testing.T, vic victim, m moment) trialResult {
 	}) {
 		t.Errorf("the remedy did not settle within 4m: journal %+v; %s:\n%s", j, vic.name, v.bash(vic.logs+" | tail -n 20"))
 	}
+	// The Node shows the machine: the restart the killed hotplugd asked
+	// for, verified by the next, or the next one's own (an interrupted
+	// attempt concludes nothing).
 	want := hugepagesAre(int64(gotHP) << 21)
-	idleSince, seq := time.Now(), j.Seq
-	waitFor(2*time.Minute, time.Second, func() bool {
-		if n := getNode(t); n != nil && want(n) && cpusAre(wantCPUs)(n) {
-			r.nodeOK = true
-			return true
-		}
-		if j = v.remedyJournal(); j.Seq != seq || j.Underway != nil {
-			idleSince, seq = time.Now(), j.Seq
-		}
-		// A retry would begin at once (the rate limit counts from the
-		// killed attempt's start, long past).
-		return time.Since(idleSince) > 6*time.Second
+	r.nodeOK = waitFor(2*time.Minute, time.Second, func() bool {
+		n := getNode(t)
+		return n != nil && want(n) && cpusAre(wantCPUs)(n)
 	})
+	j = v.remedyJournal()
 	r.took = time.Since(t0)
 	r.outcomes = j.outcomesSince(j0.Seq)
 	r.restarts = v.starts(cur)
@@ -341,10 +356,24 @@ func (v *vm) trial(t *testing.T, vic victim, m moment) trialResult {
 		t.Errorf("%d kubelet starts after %s was killed %s, want at most one:\n%s", r.restarts, vic.name, m.name, v.bash(vic.logs+" | tail -n 30"))
 	case m.asked && r.restarts != 1:
 		t.Errorf("%d kubelet starts after %s was killed %s (the restart had been asked for), want one", r.restarts, vic.name, m.name)
-	case m.asked && !r.nodeOK:
-		t.Errorf("the Node does not show %d hugepages and %d CPUs after %s was killed %s: %s", gotHP, wantCPUs, vic.name, m.name, capacityOf(getNode(t)))
+	case !r.nodeOK:
+		t.Errorf("the Node does not show %d hugepages and %d CPUs 2 min after %s was killed %s: %s; the next hotplugd's last plans and kubelet facts:\n%s",
+			gotHP, wantCPUs, vic.name, m.name, capacityOf(getNode(t)), v.bash(vic.plans))
+		v.resetVictim(vic)
 	}
 	return r
+}
+
+// resetVictim starts a fresh hotplugd after a failed trial, so that the
+// next trial does not inherit what went wrong: the unit restarted, the
+// pod's process ended (SIGTERM; the kubelet starts its container again).
+func (v *vm) resetVictim(vic victim) {
+	v.t.Helper()
+	if vic.daemonPoints {
+		v.run("systemctl", "restart", "hotplugd")
+		return
+	}
+	v.bash("p=$(" + vic.pid + "); [ -n \"$p\" ] && kill $p; true")
 }
 
 // hugepages is the guest's count of 2Mi hugepages.
