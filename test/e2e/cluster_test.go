@@ -364,16 +364,44 @@ func TestDaemonSet(t *testing.T) {
 		if _, n, ok := waitNode(t, s, time.Now(), 30*time.Second, conditionIs(v1.ConditionFalse)); !ok {
 			t.Errorf("after the rollout the condition is %+v, want False", staleCondition(n))
 		}
-		ds, err := c.AppsV1().DaemonSets(dsNamespace).Get(ctx, dsName, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !rolledOut(ds) {
-			t.Errorf("DaemonSet status after the rollout: %+v", ds.Status)
+		// The DaemonSet controller writes its status after it sees the new
+		// pod Ready: watch for it rather than read it once.
+		if ds := waitRolledOut(t, c, 30*time.Second); !rolledOut(ds) {
+			t.Errorf("DaemonSet status 30s after the new pod was Ready: %+v", ds.Status)
 		}
 		results.add(result{scenario: "7 DaemonSet", side: "pod", change: "rollout to a new image digest", correct: "new pod Ready " + seconds(took), writes: -1,
 			note: fmt.Sprintf("%s -> %s; old pod %s exited %d; new pod %s, restarts 0", shortDigest(img.Digest), shortDigest(next.Digest), pod.Name, code, np.Name)})
 	})
+}
+
+// waitRolledOut watches the DaemonSet until rolledOut holds, for at most
+// timeout, and returns the last version seen.
+func waitRolledOut(t *testing.T, c kubernetes.Interface, timeout time.Duration) *appsv1.DaemonSet {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ds, err := c.AppsV1().DaemonSets(dsNamespace).Get(ctx, dsName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rolledOut(ds) {
+		return ds
+	}
+	w, err := c.AppsV1().DaemonSets(dsNamespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=" + dsName, ResourceVersion: ds.ResourceVersion,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if d, ok := ev.Object.(*appsv1.DaemonSet); ok {
+			if ds = d; rolledOut(ds) {
+				return ds
+			}
+		}
+	}
+	return ds
 }
 
 // rolledOut is whether every pod of the DaemonSet is updated and available.

@@ -130,11 +130,12 @@ type victim struct {
 }
 
 var unitVictim = victim{
-	name:         "hotplugd.service",
-	pid:          `systemctl show -p MainPID --value hotplugd`,
-	logs:         `journalctl -u hotplugd -b -o cat --no-pager`,
-	follow:       `journalctl -u hotplugd -f -n 0 -o cat`,
-	plans:        `journalctl -u hotplugd -b -n 400 -o json --no-pager | grep -E '"MESSAGE":"(remedy plan|kubelet found[^"]*)"' | tail -n 3`,
+	name:   "hotplugd.service",
+	pid:    `systemctl show -p MainPID --value hotplugd`,
+	logs:   `journalctl -u hotplugd -b -o cat --no-pager`,
+	follow: `journalctl -u hotplugd -f -n 0 -o cat`,
+	plans: `journalctl -u hotplugd -b -n 400 -o json --output-fields=MESSAGE,HOTPLUG_PLAN,HOTPLUG_LIMITS --no-pager |
+  grep -E '"MESSAGE":"(remedy plan|kubelet found[^"]*)"' | sed -E 's/"(__[A-Z_]+|_BOOT_ID)":"[^"]*",?//g' | tail -n 3`,
 	daemonPoints: true,
 }
 
