@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -18,9 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
-	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/hotplugd/hotplugd/pkg/cpuonline"
+	"github.com/hotplugd/hotplugd/pkg/control"
 	"github.com/hotplugd/hotplugd/pkg/daemon"
 	"github.com/hotplugd/hotplugd/pkg/debounce"
 	"github.com/hotplugd/hotplugd/pkg/journal"
@@ -311,9 +310,9 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 	if err != nil {
 		return nil, cleanup, err
 	}
-	rep, err := nodepatch.New(nodepatch.Options{
-		Client: client, NodeName: node, MinMemoryDelta: o.minMemoryDelta, DryRun: o.DryRun,
-		Log: log, Registerer: metrics.Registry, Journal: record,
+	nodes := nodepatch.NewWatch(client, node)
+	writer, err := nodepatch.NewWriter(nodepatch.WriterOptions{
+		Client: client, NodeName: node, DryRun: o.DryRun, Log: log, Registerer: metrics.Registry,
 	})
 	if err != nil {
 		return nil, cleanup, err
@@ -330,22 +329,22 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		Poll: o.KubeletPoll, Log: log,
 	})
 	mode := remedy.Mode(o.Remedy)
-	var control remedy.Restarter
+	var restarter remedy.Restarter
 	var unit func(context.Context, *kubeletwatch.Facts, bool) remedy.UnitVerdict
 	if u := record.Underway(); mode == remedy.ModeRestartKubelet || (u != nil && u.Phase.Legacy()) {
 		// A record an earlier hotplugd left in the middle of its own stop
 		// and start is settled even in report mode: the kubelet must run.
-		if control, err = o.control(log); err != nil {
+		if restarter, err = o.control(log); err != nil {
 			if mode == remedy.ModeRestartKubelet {
 				return nil, cleanup, err
 			}
 			log.Error("an earlier hotplugd left a kubelet restart under way and the kubelet's supervisor cannot be reached: make sure the kubelet runs", zap.Error(err))
 		}
-		if sd, ok := control.(*kubeletctl.Systemd); ok {
+		if sd, ok := restarter.(*kubeletctl.Systemd); ok {
 			unit = unitVerdict(sd)
 		}
 	}
-	if c, ok := control.(io.Closer); ok {
+	if c, ok := restarter.(io.Closer); ok {
 		cleanup = func() {
 			if err := c.Close(); err != nil {
 				log.Debug("closing the kubelet control", zap.Error(err))
@@ -357,13 +356,23 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		zap.Bool("dry_run", o.DryRun), zap.String("journal", record.Path()))
 
 	return func(d *daemon.Daemon) error {
-		pred := &predictor{rep: rep, log: log, grace: o.KubeletGrace}
+		obs := control.NewObservations()
 		rem, err := remedy.New(remedy.Options{
-			Mode: mode, Settle: o.Settle, Interval: o.RemedyInterval, Timeout: o.RemedyTimeout, DryRun: o.DryRun, KubeletGrace: o.KubeletGrace,
-			MaxPerDay: o.MaxRestartsPerDay, AllowReadinessReset: o.AllowReadinessReset,
+			Interval: o.RemedyInterval, Timeout: o.RemedyTimeout, DryRun: o.DryRun, AllowReadinessReset: o.AllowReadinessReset,
 			Kubelet: watch, Journal: record, WouldRefuse: wouldRefuse, Unit: unit,
-			Control: control, Node: rep, Snapshot: d.FS().Snapshot, Busy: d.Busy, Idle: d.Idle,
+			Control: restarter, Node: obs, Snapshot: d.FS().Snapshot,
 			Log: log, Registerer: metrics.Registry,
+		})
+		if err != nil {
+			return err
+		}
+		loop, err := control.New(control.Options{
+			Config: control.Config{
+				Mode: mode, Settle: o.Settle, Interval: o.RemedyInterval, MaxPerDay: o.MaxRestartsPerDay,
+				Grace: o.KubeletGrace, MinMemoryDelta: o.minMemoryDelta,
+			},
+			Kubelet: watch, Node: nodes, Writer: writer, Remedy: rem, Journal: record, Observations: obs,
+			Busy: d.Busy, Idle: d.Idle, Log: log,
 		})
 		if err != nil {
 			return err
@@ -372,34 +381,25 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		// block went offline or away; otherwise (a balloon) it is reported.
 		d.AddUeventHook(func(e uevent.Event) {
 			if e.Subsystem == "memory" && (e.Action == uevent.ActionOffline || e.Action == uevent.ActionRemove) {
-				rem.MemoryDown(time.Now())
+				loop.MemoryDown(time.Now())
 			}
 		})
-		// The kubelet is discovered before the first snapshot's prediction.
-		pred.kubelet(watch.Refresh(context.Background()))
+		// The kubelet is discovered before the first snapshot's decision.
+		watch.Refresh(context.Background())
 		d.AddHook(func(res daemon.Result) {
 			if res.Snapshot == nil {
 				return
 			}
+			var activity time.Time
 			if res.EventDriven() {
-				rem.Activity(res.Batch.Last)
+				activity = res.Batch.Last
 			}
-			pred.snapshot(res.Snapshot, watch.Current())
+			loop.Snapshot(res.Snapshot, activity)
 		})
 		d.AddTask(watch.Run)
-		d.AddTask(func(ctx context.Context) error {
-			// A new kubelet, or a new configuration: predict again.
-			for {
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-watch.Changed():
-					pred.kubelet(watch.Current())
-				}
-			}
-		})
-		d.AddTask(rep.Run)
-		d.AddTask(rem.Run)
+		d.AddTask(nodes.Run)
+		d.AddTask(writer.Run)
+		d.AddTask(loop.Run)
 		return nil
 	}, cleanup, nil
 }
@@ -411,50 +411,6 @@ func (o *runOptions) kubeletArgs() []string {
 		return nil
 	}
 	return []string{"--config", o.KubeletConfig}
-}
-
-// predictor keeps the Node reporter's prediction in step with both of its
-// inputs: the last snapshot and the kubelet's facts.
-type predictor struct {
-	rep   *nodepatch.Reporter
-	log   *zap.Logger
-	grace time.Duration
-
-	mu    sync.Mutex
-	snap  *topology.Snapshot
-	facts *kubeletwatch.Facts
-}
-
-func (p *predictor) snapshot(s *topology.Snapshot, f *kubeletwatch.Facts) {
-	p.mu.Lock()
-	p.snap, p.facts = s, f
-	p.mu.Unlock()
-	p.update()
-}
-
-func (p *predictor) kubelet(f *kubeletwatch.Facts) {
-	p.mu.Lock()
-	p.facts = f
-	p.mu.Unlock()
-	if f != nil && !f.Started.IsZero() && time.Until(f.Started.Add(p.grace)) > 0 {
-		// A kubelet that has just started reports the machine and its
-		// configuration a moment after we see it.
-		p.rep.HoldUntil(f.Started.Add(p.grace))
-	}
-	p.update()
-}
-
-func (p *predictor) update() {
-	p.mu.Lock()
-	s, f := p.snap, p.facts
-	p.mu.Unlock()
-	if s == nil {
-		return
-	}
-	pr := predict(s, f.Config(), f != nil && f.Kubelet != nil && f.Kubelet.AllocatableIgnoresEviction, p.log)
-	pr.Limit = f.Limit()
-	pr.Key = remedy.Key(pr, f)
-	p.rep.SetPrediction(pr)
 }
 
 // wouldRefuse is the kubelet's start-up verdict on this machine
@@ -469,26 +425,6 @@ func wouldRefuse(f *kubeletwatch.Facts, snap *topology.Snapshot) error {
 		return err
 	}
 	return nil
-}
-
-// predict is what a kubelet started now would report; allocatable only
-// when its configuration is known. ignoreEviction is the kubelet's
-// --experimental-allocatable-ignore-eviction.
-func predict(s *topology.Snapshot, cfg *kubeletv1beta1.KubeletConfiguration, ignoreEviction bool, log *zap.Logger) nodepatch.Prediction {
-	p := nodepatch.Prediction{Capacity: s.Capacity()}
-	if cfg != nil {
-		allocatable := s.Allocatable
-		if ignoreEviction {
-			allocatable = s.AllocatableIgnoringEviction
-		}
-		alloc, err := allocatable(cfg)
-		if err != nil {
-			log.Warn("the kubelet would refuse this machine with its configuration; comparing capacity only", zap.Error(err))
-			return p
-		}
-		p.Allocatable = alloc
-	}
-	return p
 }
 
 // control is how the kubelet is restarted: the restart command when given,

@@ -225,18 +225,81 @@ func (j *Journal) Changed() <-chan struct{} {
 	return j.changed
 }
 
-// Since returns the entries numbered after seq, oldest first.
-func (j *Journal) Since(seq int64) []Entry {
+// View is the journal's record at one moment, a value: the control loop
+// reads it as one of its inputs and Decide looks at it without locks.
+type View struct {
+	// Underway is the remedy in progress, nil when none.
+	Underway *Underway
+	// Attempts are the finished attempts, oldest first.
+	Attempts []Entry
+	// Seq is the number of the last entry (0: none).
+	Seq int64
+}
+
+// View returns the record as it is now (a copy).
+func (j *Journal) View() View {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	v := View{Attempts: append([]Entry(nil), j.rec.Attempts...), Seq: j.rec.Seq}
+	if j.rec.Underway != nil {
+		u := *j.rec.Underway
+		v.Underway = &u
+	}
+	return v
+}
+
+// Since returns the entries numbered after seq, oldest first.
+func (v View) Since(seq int64) []Entry {
 	var out []Entry
-	for _, e := range j.rec.Attempts {
+	for _, e := range v.Attempts {
 		if e.Seq > seq {
 			out = append(out, e)
 		}
 	}
 	return out
 }
+
+// Last returns the last attempt for key, if any.
+func (v View) Last(key string) (Entry, bool) {
+	for i := len(v.Attempts) - 1; i >= 0; i-- {
+		if v.Attempts[i].Key == key {
+			return v.Attempts[i], true
+		}
+	}
+	return Entry{}, false
+}
+
+// LastStart is the start of the latest attempt, under way or finished
+// (zero: none): the rate limit counts from it across restarts.
+func (v View) LastStart() time.Time {
+	var t time.Time
+	if n := len(v.Attempts); n > 0 {
+		t = v.Attempts[n-1].Start
+	}
+	if u := v.Underway; u != nil && u.Start.After(t) {
+		t = u.Start
+	}
+	return t
+}
+
+// RestartsSince returns the starts of the attempts after t that asked for
+// a kubelet restart, oldest first (the daily budget: a restart at exactly
+// now-24h has left the window).
+func (v View) RestartsSince(t time.Time) []time.Time {
+	var out []time.Time
+	for _, e := range v.Attempts {
+		if e.Restarted && e.Start.After(t) {
+			out = append(out, e.Start)
+		}
+	}
+	if u := v.Underway; u != nil && u.Start.After(t) {
+		out = append(out, u.Start)
+	}
+	return out
+}
+
+// Since returns the entries numbered after seq, oldest first.
+func (j *Journal) Since(seq int64) []Entry { return j.View().Since(seq) }
 
 // Seq is the number of the last entry (0: none).
 func (j *Journal) Seq() int64 {
@@ -249,49 +312,17 @@ func (j *Journal) Seq() int64 {
 func (j *Journal) Path() string { return j.path }
 
 // Underway returns the remedy in progress, nil when none.
-func (j *Journal) Underway() *Underway {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.rec.Underway == nil {
-		return nil
-	}
-	u := *j.rec.Underway
-	return &u
-}
+func (j *Journal) Underway() *Underway { return j.View().Underway }
 
 // Attempts returns the finished attempts, oldest first.
-func (j *Journal) Attempts() []Entry {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return append([]Entry(nil), j.rec.Attempts...)
-}
+func (j *Journal) Attempts() []Entry { return j.View().Attempts }
 
 // Last returns the last attempt for key, if any.
-func (j *Journal) Last(key string) (Entry, bool) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for i := len(j.rec.Attempts) - 1; i >= 0; i-- {
-		if j.rec.Attempts[i].Key == key {
-			return j.rec.Attempts[i], true
-		}
-	}
-	return Entry{}, false
-}
+func (j *Journal) Last(key string) (Entry, bool) { return j.View().Last(key) }
 
 // LastStart is the start of the latest attempt, under way or finished
-// (zero: none): the rate limit counts from it across restarts.
-func (j *Journal) LastStart() time.Time {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	var t time.Time
-	if n := len(j.rec.Attempts); n > 0 {
-		t = j.rec.Attempts[n-1].Start
-	}
-	if u := j.rec.Underway; u != nil && u.Start.After(t) {
-		t = u.Start
-	}
-	return t
-}
+// (zero: none).
+func (j *Journal) LastStart() time.Time { return j.View().LastStart() }
 
 // Begin writes u down as under way.
 func (j *Journal) Begin(u Underway) error {
@@ -313,22 +344,8 @@ func (j *Journal) Enter(p Phase) error {
 }
 
 // RestartsSince returns the starts of the attempts after t that asked for
-// a kubelet restart, oldest first (the daily budget: a restart at exactly
-// now-24h has left the window).
-func (j *Journal) RestartsSince(t time.Time) []time.Time {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	var out []time.Time
-	for _, e := range j.rec.Attempts {
-		if e.Restarted && e.Start.After(t) {
-			out = append(out, e.Start)
-		}
-	}
-	if u := j.rec.Underway; u != nil && u.Start.After(t) {
-		out = append(out, u.Start)
-	}
-	return out
-}
+// a kubelet restart (View.RestartsSince).
+func (j *Journal) RestartsSince(t time.Time) []time.Time { return j.View().RestartsSince(t) }
 
 // Finish records the outcome of the remedy under way (if any) and clears
 // it; e's Seq is set.

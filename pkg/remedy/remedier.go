@@ -40,11 +40,12 @@ type Starter interface {
 	Start(ctx context.Context) error
 }
 
-// NodeView is what the remedy reads of the node reporter
-// (*nodepatch.Reporter): the Node as last seen against the prediction. The
-// remedy never writes to the Node: what it did goes into the Journal, which
-// the reporter reads for the condition, the Events and holding its writes
-// while the kubelet restarts.
+// NodeView is the Node as the control loop last saw it against the
+// prediction (pkg/control publishes it after every decision), for the
+// verification and for noticing a plan gone stale. The remedy never writes
+// to the Node: what it did goes into the Journal, which the control loop
+// reads for the condition, the Events and holding its writes while the
+// kubelet restarts.
 type NodeView interface {
 	State() nodepatch.State
 	Changed() <-chan struct{}
@@ -70,15 +71,9 @@ type UnitVerdict struct {
 
 // Options configure a Remedier.
 type Options struct {
-	Mode Mode
-	// Settle is how long the machine must be quiet before acting.
-	Settle time.Duration
-	// Interval is the rate limit: one attempt per Interval, counted from
-	// the journal, so across hotplugd's restarts.
+	// Interval is the rate limit (one attempt per Interval), for the
+	// messages that say when the next attempt may come.
 	Interval time.Duration
-	// MaxPerDay bounds the restarts asked for in any 24 hours (0: no
-	// bound), counted from the journal.
-	MaxPerDay int
 	// Timeout bounds waiting for the new kubelet process, its healthz and
 	// then for the Node to show the predicted capacity.
 	Timeout time.Duration
@@ -89,9 +84,6 @@ type Options struct {
 	// when hotplugd starts is not verified (default 15m): recorded as
 	// interrupted, nothing is done.
 	UnderwayBound time.Duration
-	// KubeletGrace is how long a kubelet that has just started has to
-	// report its Node before a drift counts (0: none).
-	KubeletGrace time.Duration
 	// AllowReadinessReset lets a remedy restart a kubelet whose restart
 	// sets every running container's ready status to false (1.34, or
 	// ChangeContainerStatusOnKubeletRestart on).
@@ -119,11 +111,6 @@ type Options struct {
 	Node    NodeView
 	// Snapshot takes a full topology snapshot (for the dry-run repair).
 	Snapshot func() (*topology.Snapshot, error)
-	// Busy reports whether a burst is being debounced or reconciled, and
-	// Idle returns a channel closed once it is not (daemon.Daemon's);
-	// without Idle, Busy is polled every 100 ms.
-	Busy func() bool
-	Idle func() <-chan struct{}
 
 	Log        *zap.Logger
 	Clock      clock.WithTicker
@@ -165,32 +152,22 @@ type Attempt struct {
 	Report preflight.Report
 }
 
-// Remedier executes plans. Create it with New, tell it about machine events
-// with Activity, run it with Run.
+// Remedier executes the remedy's plans (pkg/control decides them): it
+// judges, asks the kubelet's supervisor for the restart, verifies, and
+// settles a restart an earlier hotplugd left under way. It decides nothing
+// about when: the control loop calls it.
 type Remedier struct {
 	o       Options
 	log     *zap.Logger
 	clock   clock.WithTicker
-	wake    chan struct{}
 	journal *journal.Journal
 	metrics struct {
 		attempts *prometheus.CounterVec
 		restarts prometheus.Counter
 	}
 
-	mu           sync.Mutex
-	lastActivity time.Time
-	// lastMemoryDown is the last memory offline or remove uevent.
-	lastMemoryDown time.Time
-	// lastTry is the last execute's start, journaled or not (a topology
-	// read that failed is not journaled, and is rate-limited too).
-	lastTry time.Time
-	// checked is the key the last ActionCheck found restartable, in the
-	// wait after the attempt that started at checkedAfter: a later attempt
-	// makes it stale (the state files may have changed meanwhile).
-	checked      string
-	checkedAfter time.Time
-	attempts     []Attempt
+	mu       sync.Mutex
+	attempts []Attempt
 }
 
 // New checks the options and returns a Remedier.
@@ -198,17 +175,11 @@ func New(o Options) (*Remedier, error) {
 	if o.Node == nil || o.Snapshot == nil || o.Kubelet == nil {
 		return nil, errors.New("remedy: a node view, a kubelet source and a snapshot function are required")
 	}
-	if o.Mode == ModeRestartKubelet && o.Control == nil {
-		return nil, errors.New("remedy: --remedy=restart-kubelet needs a way to restart the kubelet")
-	}
 	if o.Log == nil {
 		o.Log = zap.NewNop()
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
-	}
-	if o.Busy == nil {
-		o.Busy = func() bool { return false }
 	}
 	if o.HTTP == nil {
 		o.HTTP = &http.Client{Timeout: 2 * time.Second}
@@ -222,7 +193,7 @@ func New(o Options) (*Remedier, error) {
 	if o.Journal == nil {
 		o.Journal, _ = journal.Open("")
 	}
-	m := &Remedier{o: o, log: o.Log.Named("remedy"), clock: o.Clock, wake: make(chan struct{}, 1), journal: o.Journal}
+	m := &Remedier{o: o, log: o.Log.Named("remedy"), clock: o.Clock, journal: o.Journal}
 	m.metrics.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hotplugd_remedies_total",
 		Help: "Remedy attempts by outcome: remediated, failed, unverified (restarted); needs_person, refused, withheld (nothing done); interrupted, dry_run.",
@@ -241,181 +212,12 @@ func New(o Options) (*Remedier, error) {
 	return m, nil
 }
 
-// Activity records an event on the machine at t (the last trigger of a
-// batch): the settle time starts again.
-func (m *Remedier) Activity(t time.Time) {
-	m.mu.Lock()
-	if t.After(m.lastActivity) {
-		m.lastActivity = t
-	}
-	m.mu.Unlock()
-	select {
-	case m.wake <- struct{}{}:
-	default:
-	}
-}
-
-// MemoryDown records a memory block's offline or remove uevent at t: a
-// memory capacity decrease after it is a hot-remove, one without it is
-// reported only (UnexplainedDecrease).
-func (m *Remedier) MemoryDown(t time.Time) {
-	m.mu.Lock()
-	if t.After(m.lastMemoryDown) {
-		m.lastMemoryDown = t
-	}
-	m.mu.Unlock()
-}
-
 // Attempts returns the attempts so far.
 func (m *Remedier) Attempts() []Attempt {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]Attempt(nil), m.attempts...)
 }
-
-// Run first settles a remedy a previous hotplugd left under way (verifies
-// it; it never stops or restarts the kubelet for it), then decides and acts
-// until ctx is done.
-func (m *Remedier) Run(ctx context.Context) error {
-	if u := m.journal.Underway(); u != nil {
-		m.recover(ctx, *u)
-	}
-	m.Activity(m.clock.Now()) // the daemon's start counts as activity
-	var timer clock.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	last := ""
-	for {
-		if ctx.Err() != nil {
-			return nil
-		}
-		// Taken before deciding: a change in between closes them.
-		changed, kubeletC := m.o.Node.Changed(), m.o.Kubelet.Changed()
-		var idle <-chan struct{}
-		if m.o.Idle != nil {
-			idle = m.o.Idle() // before Busy is read: a transition in between closes it
-		}
-		plan := m.decide()
-		if s := string(plan.Action) + plan.Why; s != last {
-			last = s
-			if plan.Action == ActionNone {
-				m.log.Debug("remedy plan", zap.Stringer("plan", plan))
-			} else {
-				m.log.Info("remedy plan", zap.Stringer("plan", plan))
-			}
-		}
-		if plan.Action == ActionRestart {
-			m.execute(ctx, plan)
-			last = ""
-			continue
-		}
-		if plan.Action == ActionCheck {
-			m.check(ctx, plan)
-			last = ""
-			continue
-		}
-		var timerC <-chan time.Time
-		if !plan.At.IsZero() {
-			d := plan.At.Sub(m.clock.Now())
-			if d <= 0 {
-				// The time came between deciding and now: decide
-				// again rather than arm a timer that is already due
-				// (a fake clock would fire it only on its next step).
-				continue
-			}
-			if timer == nil {
-				timer = m.clock.NewTimer(d)
-			} else {
-				timer.Reset(d)
-			}
-			timerC = timer.C()
-		}
-		// Busy: decide again once the daemon is idle.
-		var busyC <-chan time.Time
-		var idleC <-chan struct{}
-		if plan.Action == ActionWait && plan.At.IsZero() {
-			if idle != nil {
-				idleC = idle
-			} else {
-				busyC = m.clock.After(100 * time.Millisecond)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-changed:
-		case <-kubeletC:
-		case <-m.wake:
-		case <-timerC:
-		case <-busyC:
-		case <-idleC:
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-	}
-}
-
-func (m *Remedier) decide() Plan {
-	st := m.o.Node.State()
-	facts := m.o.Kubelet.Current()
-	now := m.clock.Now()
-	in := Inputs{
-		Mode: m.o.Mode, Known: st.Known(), Drift: st.Drift, Now: now,
-		Settle: m.o.Settle, Busy: m.o.Busy(), Interval: m.o.Interval,
-		LastAttempt: m.lastAttempt(), MaxPerDay: m.o.MaxPerDay,
-	}
-	if m.o.MaxPerDay > 0 {
-		in.Restarts = m.journal.RestartsSince(now.Add(-day))
-	}
-	if facts != nil && !facts.Started.IsZero() {
-		in.KubeletFresh = facts.Started.Add(m.o.KubeletGrace)
-	}
-	if facts.Remediable() {
-		in.Remediable = true
-		in.InPlaceResize = facts.Release.ResizesInPlace(facts.Kubelet.Config.FeatureGates)
-	} else {
-		in.NotRemediable = "the kubelet's state files or rules are not known"
-		if l := facts.Limit(); l != "" {
-			in.NotRemediable = l
-		}
-	}
-	if st.Prediction != nil {
-		// The predictor's key, which the reporter's note uses too.
-		if in.Key = st.Prediction.Key; in.Key == "" {
-			in.Key = Key(*st.Prediction, facts)
-		}
-		if e, ok := m.journal.Last(in.Key); ok {
-			in.Previous = &e
-		}
-	}
-	m.mu.Lock()
-	in.LastActivity = m.lastActivity
-	in.UnexplainedDecrease = memoryDecrease(st.Drift.Significant()) &&
-		(m.lastMemoryDown.IsZero() || (facts != nil && m.lastMemoryDown.Before(facts.Started)))
-	if m.checkedAfter.Equal(in.LastAttempt) {
-		in.Checked = m.checked
-	}
-	m.mu.Unlock()
-	return Decide(in)
-}
-
-// memoryDecrease says whether d predicts less memory capacity than the
-// Node reports.
-func memoryDecrease(d nodepatch.Drift) bool {
-	for _, x := range d {
-		if x.Field == nodepatch.FieldCapacity && x.Resource == v1.ResourceMemory && x.Predicted.Cmp(x.Reported) < 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// day is the daily budget's window.
-const day = 24 * time.Hour
 
 // Key identifies what a remedy is for: the prediction (what the restarted
 // kubelet would report) and the kubelet's configuration.
@@ -439,17 +241,18 @@ func Key(p nodepatch.Prediction, f *kubeletwatch.Facts) string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// execute runs one remedy and records it.
-func (m *Remedier) execute(ctx context.Context, plan Plan) {
+// Restart carries out a plan of ActionRestart: judge, write the restart
+// down, ask the kubelet's supervisor, verify; the attempt is recorded.
+// tried is false when nothing was tried (the kubelet changed since the
+// decision: decide again).
+func (m *Remedier) Restart(ctx context.Context, plan Plan) (a Attempt, tried bool) {
 	start := m.clock.Now()
-	a := m.restart(ctx, plan, start)
+	a = m.restart(ctx, plan, start)
 	if a.Outcome == "" {
-		return // nothing was tried
+		return a, false
 	}
-	m.mu.Lock()
-	m.lastTry = start
-	m.mu.Unlock()
 	m.record(a, start)
+	return a, true
 }
 
 func (m *Remedier) record(a Attempt, start time.Time) {
@@ -482,45 +285,29 @@ func (m *Remedier) finish(a Attempt, start time.Time) Attempt {
 	return a
 }
 
-// check is ActionCheck: while the rate limit or the daily budget holds a
-// restart back, it judges the restart as restart would, touching nothing.
-// A kubelet that would refuse, state files that need a person, or a
-// restart hotplugd cannot judge end as that attempt would have
-// (journaled, reported, not repeated for the key). Anything else (a
-// restart would be tried, the machine could not be read, a dry run) leaves
-// it to the restart at the wait's end: the key is remembered as checked.
-func (m *Remedier) check(ctx context.Context, plan Plan) {
-	after := m.lastAttempt()
-	if !m.o.DryRun {
-		start := m.clock.Now()
-		j := m.judge(ctx, plan, start)
-		if j.done && (j.a.Outcome == OutcomeRefused || j.a.Outcome == OutcomeNeedsPerson || j.a.Outcome == OutcomeWithheld) {
-			m.mu.Lock()
-			m.lastTry = start
-			m.mu.Unlock()
-			m.record(j.a, start)
-			return
-		}
-		if !j.done {
-			m.log.Info("held back: a restart would be tried; waiting", zap.String("key", plan.Key),
-				zap.Time("not_before", plan.At), zap.String("state_files", oneLine(j.dry)))
-		}
+// Check carries out a plan of ActionCheck: while the rate limit or the
+// daily budget holds a restart back, it judges the restart as Restart
+// would, touching nothing. A kubelet that would refuse, state files that
+// need a person, or a restart hotplugd cannot judge end as that attempt
+// would have (journaled, recorded: tried is true). Anything else (a restart
+// would be tried, the machine could not be read, a dry run) leaves it to
+// the restart at the wait's end: tried is false, and the caller remembers
+// the key as checked.
+func (m *Remedier) Check(ctx context.Context, plan Plan) (a Attempt, tried bool) {
+	if m.o.DryRun {
+		return a, false
 	}
-	m.mu.Lock()
-	m.checked, m.checkedAfter = plan.Key, after
-	m.mu.Unlock()
-}
-
-// lastAttempt is the start of the last attempt, journaled or not: what
-// the rate limit counts from.
-func (m *Remedier) lastAttempt() time.Time {
-	last := m.journal.LastStart()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.lastTry.After(last) {
-		last = m.lastTry
+	start := m.clock.Now()
+	j := m.judge(ctx, plan, start)
+	if j.done && (j.a.Outcome == OutcomeRefused || j.a.Outcome == OutcomeNeedsPerson || j.a.Outcome == OutcomeWithheld) {
+		m.record(j.a, start)
+		return j.a, true
 	}
-	return last
+	if !j.done {
+		m.log.Info("held back: a restart would be tried; waiting", zap.String("key", plan.Key),
+			zap.Time("not_before", plan.At), zap.String("state_files", oneLine(j.dry)))
+	}
+	return a, false
 }
 
 func (m *Remedier) next(from time.Time) string {

@@ -96,11 +96,11 @@ func (m *Remedier) verified(a Attempt, err error, next string) Attempt {
 	case err == nil:
 		a.Outcome, a.Reason = OutcomeRemediated, nodepatch.ReasonRemediated
 		a.Message = "the kubelet restart is verified: the Node shows the machine"
-	case errors.Is(err, errNodeUnknown):
+	case errors.Is(err, ErrNodeUnknown):
 		a.Outcome, a.Err = OutcomeUnverified, err
 		a.Reason, a.Warning = nodepatch.ReasonRemediationFailed, true
 		a.Message = err.Error() + "; the kubelet runs and is left running; the Node's condition says what it reports once it can be read"
-	case errors.Is(err, errNotRestarted):
+	case errors.Is(err, ErrNotRestarted):
 		a.Outcome, a.Err = OutcomeFailed, err
 		a.Reason, a.Warning = nodepatch.ReasonRemediationFailed, true
 		a.Message = err.Error() + "; not tried again for this machine and kubelet configuration (a change of either, or removing " + m.journalName() + ", allows one more attempt, not before " + next + ")"
@@ -112,13 +112,13 @@ func (m *Remedier) verified(a Attempt, err error, next string) Attempt {
 	return a
 }
 
-// errNotRestarted: the kubelet process that ran before the restart was
+// ErrNotRestarted: the kubelet process that ran before the restart was
 // asked for still runs: the restart was not carried out.
-var errNotRestarted = errors.New("the kubelet was not restarted")
+var ErrNotRestarted = errors.New("the kubelet was not restarted")
 
-// errNodeUnknown: the verification could not read the Node at all. The
+// ErrNodeUnknown: the verification could not read the Node at all. The
 // kubelet then runs: it is never called failed on that ground.
-var errNodeUnknown = errors.New("the Node could not be read to verify the kubelet's restart")
+var ErrNodeUnknown = errors.New("the Node could not be read to verify the kubelet's restart")
 
 // verify waits, within Timeout, for a kubelet process other than before
 // (when known), its healthz, then the Node showing the prediction.
@@ -145,7 +145,7 @@ func (m *Remedier) verify(ctx context.Context, before *journal.Process, f *kubel
 		select {
 		case <-ctx.Done():
 			if !st.Known() {
-				return fmt.Errorf("remedy: %w within %v (the API server may be away)", errNodeUnknown, m.o.Timeout)
+				return fmt.Errorf("remedy: %w within %v (the API server may be away)", ErrNodeUnknown, m.o.Timeout)
 			}
 			return fmt.Errorf("remedy: the Node still reports %s after the kubelet restart (waited %v)",
 				st.Drift.Significant(), m.o.Timeout)
@@ -169,17 +169,17 @@ func (m *Remedier) waitNewProcess(ctx context.Context, before journal.Process) e
 			case p == nil:
 				// The old one is gone: the restart was carried out
 				// (by someone) and the new kubelet does not run.
-				return fmt.Errorf("remedy: %w within %v after the restart (its start failed, or takes longer: the supervisor's restart policy and journalctl -u kubelet say which)", errNoKubelet, m.o.Timeout)
+				return fmt.Errorf("remedy: %w within %v after the restart (its start failed, or takes longer: the supervisor's restart policy and journalctl -u kubelet say which)", ErrNoKubelet, m.o.Timeout)
 			default:
-				return fmt.Errorf("remedy: %w: its process %d (start %d) still runs after %v", errNotRestarted, before.PID, before.Start, m.o.Timeout)
+				return fmt.Errorf("remedy: %w: its process %d (start %d) still runs after %v", ErrNotRestarted, before.PID, before.Start, m.o.Timeout)
 			}
 		case <-m.clock.After(200 * time.Millisecond):
 		}
 	}
 }
 
-// errNoKubelet: no kubelet process runs after the restart.
-var errNoKubelet = errors.New("no kubelet process runs")
+// ErrNoKubelet: no kubelet process runs after the restart.
+var ErrNoKubelet = errors.New("no kubelet process runs")
 
 func (m *Remedier) waitHealthz(ctx context.Context, url string) error {
 	var last error
@@ -206,13 +206,13 @@ func (m *Remedier) waitHealthz(ctx context.Context, url string) error {
 	return err
 }
 
-// recover settles a remedy a previous hotplugd left under way. It never
+// Recover settles a remedy a previous hotplugd left under way. It never
 // stops or restarts the kubelet: the supervisor owned that restart. A
 // record young enough is verified; an older one is closed as interrupted.
 // A record of the earlier design (hotplugd stopped and started the kubelet
 // itself) may mean a stopped kubelet: the supervisor is asked to start it,
 // a no-op when it runs.
-func (m *Remedier) recover(ctx context.Context, u journal.Underway) {
+func (m *Remedier) Recover(ctx context.Context, u journal.Underway) {
 	start := m.clock.Now()
 	m.log.Warn("a kubelet restart was under way when hotplugd stopped: settling it first",
 		zap.String("phase", string(u.Phase)), zap.Time("since", u.Start), zap.String("key", u.Key), zap.String("drift", u.Drift))
@@ -249,8 +249,8 @@ func (m *Remedier) recover(ctx context.Context, u journal.Underway) {
 		if ctx.Err() != nil {
 			return // still under way
 		}
-		unknownAsk := u.Phase == journal.PhaseRestarting && u.Before == nil && err != nil && !errors.Is(err, errNodeUnknown)
-		if errors.Is(err, errNotRestarted) || unknownAsk {
+		unknownAsk := u.Phase == journal.PhaseRestarting && u.Before == nil && err != nil && !errors.Is(err, ErrNodeUnknown)
+		if errors.Is(err, ErrNotRestarted) || unknownAsk {
 			// Killed before the supervisor was asked (or it refused),
 			// or, with no kubelet process known, cannot tell whether it
 			// was: nothing to conclude about this key.

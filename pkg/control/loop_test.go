@@ -1,4 +1,4 @@
-package remedy
+package control
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/procfs"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -23,30 +22,60 @@ import (
 	"github.com/hotplugd/hotplugd/pkg/kubeletwatch"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 	"github.com/hotplugd/hotplugd/pkg/preflight"
+	"github.com/hotplugd/hotplugd/pkg/remedy"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
-// The remedy's tests run in a synctest bubble: time is the bubble's, and
-// advances only when every goroutine of the test is durably blocked, so a
-// wait of the remedy's (the settle time, the rate limit, the verification's
-// timeout) passes in no real time and exactly.
+// The loop's tests run the real Loop and the real remedy executor against
+// fakes of the kubelet, its supervisor and the Node, in a synctest bubble:
+// time is the bubble's and advances only when every goroutine of the test
+// is durably blocked, so a wait (the settle time, the rate limit, the
+// verification's timeout) passes in no real time and exactly.
 
-// fakeNode is the node reporter as the remedy sees it.
+// reportOld is the kubelet reporting the machine it started on: 8 CPUs
+// (the CPU-upgrade incident; the rig's machine has 16).
+func reportOld(pred nodepatch.Prediction) v1.NodeStatus {
+	st := reportMachine(pred)
+	st.Capacity[v1.ResourceCPU] = resource.MustParse("8")
+	if st.Allocatable != nil {
+		st.Allocatable[v1.ResourceCPU] = resource.MustParse("7")
+	}
+	return st
+}
+
+// reportMachine is a kubelet reporting the prediction.
+func reportMachine(pred nodepatch.Prediction) v1.NodeStatus {
+	return v1.NodeStatus{Capacity: pred.Capacity.DeepCopy(), Allocatable: pred.Allocatable.DeepCopy()}
+}
+
+// reportMoreMemory is the kubelet reporting 1Gi more memory than the
+// machine has (a balloon inflated, or a hot-remove).
+func reportMoreMemory(pred nodepatch.Prediction) v1.NodeStatus {
+	st := reportMachine(pred)
+	for _, l := range []v1.ResourceList{st.Capacity, st.Allocatable} {
+		if q, ok := l[v1.ResourceMemory]; ok {
+			q.Add(resource.MustParse("1Gi"))
+			l[v1.ResourceMemory] = q
+		}
+	}
+	return st
+}
+
+// fakeNode is the Node as watched: its status is what report makes of the
+// prediction for the machine the kubelet last started on.
 type fakeNode struct {
-	mu sync.Mutex
-	st nodepatch.State
-	ch chan struct{}
+	r *rig
+
+	mu     sync.Mutex
+	node   *v1.Node
+	report func(nodepatch.Prediction) v1.NodeStatus
+	ch     chan struct{}
 }
 
-func newFakeNode(drift nodepatch.Drift) *fakeNode {
-	p := nodepatch.Prediction{}
-	return &fakeNode{st: nodepatch.State{Node: &v1.Node{}, Prediction: &p, Drift: drift}, ch: make(chan struct{})}
-}
-
-func (f *fakeNode) State() nodepatch.State {
+func (f *fakeNode) Node() (*v1.Node, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.st
+	return f.node, true
 }
 
 func (f *fakeNode) Changed() <-chan struct{} {
@@ -55,18 +84,58 @@ func (f *fakeNode) Changed() <-chan struct{} {
 	return f.ch
 }
 
-func (f *fakeNode) set(change func(*nodepatch.State)) {
+// kubeletStarted has the Node report what a kubelet started now reports.
+func (f *fakeNode) kubeletStarted() {
+	pred := f.r.predict()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	change(&f.st)
+	n := &v1.Node{}
+	n.Name = "n"
+	n.Status = f.report(pred)
+	f.node = n
 	close(f.ch)
 	f.ch = make(chan struct{})
 }
 
-func (f *fakeNode) setDrift(d nodepatch.Drift) { f.set(func(s *nodepatch.State) { s.Drift = d }) }
+// gone: the Node cannot be seen (deleted, or never listed again).
+func (f *fakeNode) gone() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.node = nil
+	close(f.ch)
+	f.ch = make(chan struct{})
+}
 
-func (f *fakeNode) setPrediction(p nodepatch.Prediction) {
-	f.set(func(s *nodepatch.State) { s.Prediction = &p })
+// fakeWriter records what the loop writes.
+type fakeWriter struct {
+	mu      sync.Mutex
+	patches [][]byte
+	events  []nodepatch.Event
+}
+
+func (w *fakeWriter) Patch(_ context.Context, data []byte, _ v1.NodeCondition) (*v1.Node, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.patches = append(w.patches, data)
+	return nil, nil
+}
+
+func (w *fakeWriter) Event(e nodepatch.Event) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.events = append(w.events, e)
+}
+
+func (w *fakeWriter) SetStale(bool) {}
+
+func (w *fakeWriter) reasons() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, e := range w.events {
+		out = append(out, e.Reason)
+	}
+	return out
 }
 
 // fakeKubelet is the kubelet as discovered: fixed facts, whose process
@@ -86,7 +155,8 @@ func (k *fakeKubelet) Current() *kubeletwatch.Facts {
 	return &f
 }
 
-// Changed never fires: the remedy asks Refresh when it needs to know.
+// Changed never fires: the loop reads Current at every turn, the remedy
+// asks Refresh when it needs to know.
 func (k *fakeKubelet) Changed() <-chan struct{} { return nil }
 
 func (k *fakeKubelet) Refresh(context.Context) *kubeletwatch.Facts {
@@ -160,7 +230,10 @@ func (s *fakeSupervisor) Restart(ctx context.Context) error {
 		s.mu.Unlock()
 		s.r.kubelet.newProcess()
 		if fixes {
-			s.r.node.setDrift(nil)
+			s.r.node.mu.Lock()
+			s.r.node.report = reportMachine
+			s.r.node.mu.Unlock()
+			s.r.node.kubeletStarted()
 		}
 	}()
 	select {
@@ -184,13 +257,28 @@ func (s *fakeSupervisor) Calls() []string {
 	return append([]string(nil), s.calls...)
 }
 
+// rigConfig is what a test may change of the loop's and the remedy's
+// options.
+type rigConfig struct {
+	Mode                remedy.Mode
+	Settle, Interval    time.Duration
+	Timeout             time.Duration
+	MaxPerDay           int
+	DryRun              bool
+	AllowReadinessReset bool
+	Unit                func(context.Context, *kubeletwatch.Facts, bool) remedy.UnitVerdict
+	Busy                func() bool
+}
+
 type rig struct {
 	t          *testing.T
 	node       *fakeNode
 	kubelet    *fakeKubelet
 	supervisor *fakeSupervisor
-	m          *Remedier
-	o          Options
+	writer     *fakeWriter
+	rem        *remedy.Remedier
+	loop       *Loop
+	o          rigConfig
 	fs         topology.FS
 	root       string // the fixture machine
 	state      string // cpu_manager_state path
@@ -204,16 +292,15 @@ type rig struct {
 type rigOptions struct {
 	cpus    int
 	journal *journal.Journal
-	// prepare sees the rig before the remedier is made.
+	// prepare sees the rig before the loop is made.
 	prepare func(*rig)
 	// change sees the options.
-	change func(*Options)
+	change func(*rigConfig)
 }
 
 // newRig: a machine of cpus CPUs, a static-policy kubelet 1.36 whose state
-// file was written for 8 CPUs (the CPU-upgrade incident), drift cpu 2 -> 1
-// on the Node; the remedier runs until the test ends. Call it inside the
-// bubble.
+// file was written for 8 CPUs and whose Node reports 8 (the CPU-upgrade
+// incident); the loop runs until the test ends. Call it inside the bubble.
 func newRig(t *testing.T, ro rigOptions) *rig {
 	t.Helper()
 	if ro.cpus == 0 {
@@ -238,14 +325,13 @@ func newRig(t *testing.T, ro rigOptions) *rig {
 	if err := os.WriteFile(state, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, root: root, state: state, podLogs: podLogs, journal: ro.journal,
+	r := &rig{t: t, root: root, state: state, podLogs: podLogs, journal: ro.journal, writer: &fakeWriter{},
 		fs: topology.NewFS(filepath.Join(root, "sys"), filepath.Join(root, "proc"))}
 	if r.journal == nil {
 		if r.journal, err = journal.Open(t.TempDir()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r.node = newFakeNode(cpuDrift)
 	r.kubelet = &fakeKubelet{f: kubeletwatch.Facts{
 		Kubelet:  &kubeletconfig.Kubelet{PID: 4242, Config: cfg, RootDir: kubeletRoot, Cmdline: []string{"/usr/bin/kubelet", "--config", "test"}},
 		Start:    100,
@@ -253,15 +339,13 @@ func newRig(t *testing.T, ro rigOptions) *rig {
 		Release:  kubeletversion.ByMinor(36),
 		StateDir: kubeletRoot,
 	}}
+	r.node = &fakeNode{r: r, report: reportOld, ch: make(chan struct{})}
 	r.supervisor = &fakeSupervisor{r: r, fixes: true}
 	if ro.prepare != nil {
 		ro.prepare(r)
 	}
-	r.o = Options{
-		Mode: ModeRestartKubelet, Settle: 3 * time.Second, Interval: 10 * time.Minute, Timeout: 30 * time.Second,
-		Kubelet: r.kubelet, Journal: r.journal,
-		Control: r.supervisor, Node: r.node, Snapshot: r.fs.Snapshot,
-	}
+	r.node.kubeletStarted()
+	r.o = rigConfig{Mode: remedy.ModeRestartKubelet, Settle: 3 * time.Second, Interval: 10 * time.Minute, Timeout: 30 * time.Second}
 	if ro.change != nil {
 		ro.change(&r.o)
 	}
@@ -269,21 +353,81 @@ func newRig(t *testing.T, ro rigOptions) *rig {
 	return r
 }
 
-// start runs a Remedier on the rig's options until the test ends or stop.
-func (r *rig) start() {
-	var err error
-	if r.m, err = New(r.o); err != nil {
+// predict is what a kubelet started now on the rig's machine reports.
+func (r *rig) predict() nodepatch.Prediction {
+	snap, err := r.fs.CapacitySnapshot()
+	if err != nil {
 		r.t.Fatal(err)
 	}
+	p, err := Predict(snap, r.kubelet.Current())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return p
+}
+
+// feed hands the loop a snapshot of the machine, as the daemon's hook
+// does after an event.
+func (r *rig) feed() {
+	snap, err := r.fs.CapacitySnapshot()
+	if err != nil {
+		r.t.Error(err)
+		return
+	}
+	r.loop.Snapshot(snap, time.Now())
+}
+
+// setMachine replaces the machine with one of cpus CPUs and feeds its
+// snapshot.
+func (r *rig) setMachine(cpus int) {
+	next := r.t.TempDir()
+	if err := fixturegen.OneNode(cpus, 8<<20, 0).WriteDir(next); err != nil {
+		r.t.Fatal(err)
+	}
+	for _, d := range []string{"sys", "proc"} {
+		if err := os.RemoveAll(filepath.Join(r.root, d)); err != nil {
+			r.t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(next, d), filepath.Join(r.root, d)); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	r.feed()
+}
+
+// start runs a remedy executor and a Loop on the rig's options (a new
+// hotplugd) until the test ends or stop.
+func (r *rig) start() {
+	obs := NewObservations()
+	var err error
+	r.rem, err = remedy.New(remedy.Options{
+		Interval: r.o.Interval, Timeout: r.o.Timeout, DryRun: r.o.DryRun, AllowReadinessReset: r.o.AllowReadinessReset,
+		Unit: r.o.Unit, Kubelet: r.kubelet, Journal: r.journal, Control: r.supervisor, Node: obs, Snapshot: r.fs.Snapshot,
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.loop, err = New(Options{
+		Config:  Config{Mode: r.o.Mode, Settle: r.o.Settle, Interval: r.o.Interval, MaxPerDay: r.o.MaxPerDay},
+		Kubelet: r.kubelet, Node: r.node, Writer: r.writer, Remedy: r.rem, Journal: r.journal, Observations: obs,
+		Busy: r.o.Busy,
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	snap, err := r.fs.CapacitySnapshot()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.loop.Snapshot(snap, time.Time{}) // the daemon's first snapshot
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel, r.done = cancel, make(chan error, 1)
-	m := r.m
-	go func() { r.done <- m.Run(ctx) }()
+	l := r.loop
+	go func() { r.done <- l.Run(ctx) }()
 	r.t.Cleanup(r.stop)
 }
 
-// stop cancels the remedier and waits for Run to return (hotplugd's
-// SIGTERM).
+// stop cancels the loop and waits for Run to return (hotplugd's SIGTERM).
 func (r *rig) stop() {
 	if r.cancel == nil {
 		return
@@ -304,9 +448,8 @@ func (r *rig) preflightNow(dry bool) preflight.Report {
 		return preflight.Report{}
 	}
 	f := r.kubelet.Current()
-	pf := preflightOptions(f, time.Now())
-	pf.DryRun = dry
-	return preflight.Run(snap, pf)
+	return preflight.Run(snap, preflight.Options{RootDir: f.StateDir, PodLogsDir: f.Kubelet.PodLogsDir(), Config: f.Kubelet.Config,
+		Release: f.Release, Version: f.Version, Now: time.Now(), DryRun: dry})
 }
 
 // after lets d pass and everything settle.
@@ -315,7 +458,7 @@ func after(d time.Duration) {
 	synctest.Wait()
 }
 
-// reasons are the journal entries' reasons (what the reporter would say).
+// reasons are the journal entries' reasons (what the Node's Events say).
 func (r *rig) reasons() []string {
 	var out []string
 	for _, e := range r.journal.Attempts() {
@@ -324,10 +467,10 @@ func (r *rig) reasons() []string {
 	return out
 }
 
-func (r *rig) attempts(n int) []Attempt {
+func (r *rig) attempts(n int) []remedy.Attempt {
 	r.t.Helper()
 	synctest.Wait()
-	a := r.m.Attempts()
+	a := r.rem.Attempts()
 	if len(a) != n {
 		r.t.Fatalf("%d attempts, want %d: %+v", len(a), n, a)
 	}
@@ -365,7 +508,7 @@ func TestOneRestartPerSettledChange(t *testing.T) {
 		}
 		after(time.Second)
 		a := r.attempts(1)
-		if a[0].Outcome != OutcomeRemediated || !a[0].Restarted {
+		if a[0].Outcome != remedy.OutcomeRemediated || !a[0].Restarted {
 			t.Fatalf("attempt %+v, want remediated", a[0])
 		}
 		if diff := cmp.Diff([]string{"restart"}, r.supervisor.Calls()); diff != "" {
@@ -400,7 +543,7 @@ func TestTheDaemonWritesNoStateFile(t *testing.T) {
 		after(3 * time.Second)
 		after(time.Minute)
 		a := r.attempts(1)
-		if a[0].Outcome != OutcomeFailed || !errors.Is(a[0].Err, errNotRestarted) {
+		if a[0].Outcome != remedy.OutcomeFailed || !errors.Is(a[0].Err, remedy.ErrNotRestarted) {
 			t.Fatalf("attempt %+v, want failed: not restarted", a[0])
 		}
 		if r.stateFile() != old {
@@ -426,7 +569,7 @@ func TestVerificationFailureIsNotRolledBack(t *testing.T) {
 		after(3 * time.Second)
 		after(r.o.Timeout)
 		a := r.attempts(1)
-		if a[0].Outcome != OutcomeFailed || a[0].Err == nil || !strings.Contains(a[0].Err.Error(), "still reports capacity cpu 2 -> 1") {
+		if a[0].Outcome != remedy.OutcomeFailed || a[0].Err == nil || !strings.Contains(a[0].Err.Error(), "still reports capacity cpu 8 -> 16") {
 			t.Fatalf("attempt %+v, want failed verification", a[0])
 		}
 		if diff := cmp.Diff([]string{"restart"}, r.supervisor.Calls()); diff != "" {
@@ -437,8 +580,8 @@ func TestVerificationFailureIsNotRolledBack(t *testing.T) {
 		}
 		after(time.Hour)
 		r.attempts(1)
-		r.m.Activity(time.Now())
-		r.node.setPrediction(nodepatch.Prediction{Capacity: v1.ResourceList{v1.ResourceCPU: resource.MustParse("15")}})
+		r.loop.Activity(time.Now())
+		r.setMachine(15) // a new prediction: a new key
 		after(3 * time.Second)
 		after(r.o.Timeout)
 		r.attempts(2)
@@ -451,12 +594,12 @@ func TestAPIOutageDuringVerificationIsNotAKubeletFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, rigOptions{prepare: func(r *rig) {
 			r.supervisor.fixes = false
-			r.supervisor.atRepair = func() { r.node.set(func(s *nodepatch.State) { s.Node = nil }) }
+			r.supervisor.atRepair = func() { r.node.gone() }
 		}})
 		after(3 * time.Second)
 		after(r.o.Timeout)
 		a := r.attempts(1)
-		if a[0].Outcome != OutcomeUnverified || !errors.Is(a[0].Err, errNodeUnknown) || !a[0].Restarted {
+		if a[0].Outcome != remedy.OutcomeUnverified || !errors.Is(a[0].Err, remedy.ErrNodeUnknown) || !a[0].Restarted {
 			t.Fatalf("attempt %+v, want unverified", a[0])
 		}
 		if diff := cmp.Diff([]string{"restart"}, r.supervisor.Calls()); diff != "" {
@@ -478,7 +621,7 @@ func TestKilledWhileTheSupervisorRestarts(t *testing.T) {
 			t.Fatalf("under way %+v, want restarting from PID 4242", u)
 		}
 		r.stop() // SIGTERM while systemd's job runs
-		if a := r.m.Attempts(); len(a) != 1 || a[0].Outcome != OutcomeInterrupted {
+		if a := r.rem.Attempts(); len(a) != 1 || a[0].Outcome != remedy.OutcomeInterrupted {
 			t.Fatalf("attempts %+v, want one interrupted", a)
 		}
 		close(hold) // the job finishes without hotplugd
@@ -489,7 +632,7 @@ func TestKilledWhileTheSupervisorRestarts(t *testing.T) {
 		// The next hotplugd.
 		r.start()
 		a := r.attempts(1)
-		if a[0].Outcome != OutcomeRemediated || !strings.Contains(a[0].Message, "a previous hotplugd asked for is verified") {
+		if a[0].Outcome != remedy.OutcomeRemediated || !strings.Contains(a[0].Message, "a previous hotplugd asked for is verified") {
 			t.Fatalf("attempt %+v, want the restart verified", a[0])
 		}
 		if diff := cmp.Diff([]string{"restart"}, r.supervisor.Calls()); diff != "" {
@@ -521,8 +664,8 @@ func TestKilledBeforeTheRestartWasAsked(t *testing.T) {
 			t.Fatalf("the recovery asked the supervisor: %v", calls)
 		}
 		after(r.o.Timeout)
-		a := r.m.Attempts()
-		if len(a) == 0 || a[0].Outcome != OutcomeInterrupted || !errors.Is(a[0].Err, errNotRestarted) {
+		a := r.rem.Attempts()
+		if len(a) == 0 || a[0].Outcome != remedy.OutcomeInterrupted || !errors.Is(a[0].Err, remedy.ErrNotRestarted) {
 			t.Fatalf("attempts %+v, want the record interrupted", a)
 		}
 		if e := r.journal.Attempts(); len(e) == 0 || e[0].Restarted {
@@ -532,8 +675,8 @@ func TestKilledBeforeTheRestartWasAsked(t *testing.T) {
 		// remedied once the rate limit from that record's start is over.
 		after(10 * time.Minute)
 		after(time.Second)
-		a = r.m.Attempts()
-		if len(a) != 2 || a[1].Outcome != OutcomeRemediated {
+		a = r.rem.Attempts()
+		if len(a) != 2 || a[1].Outcome != remedy.OutcomeRemediated {
 			t.Fatalf("attempts %+v, want the drift remedied after the interrupted record", a)
 		}
 		if diff := cmp.Diff([]string{"restart"}, r.supervisor.Calls()); diff != "" {
@@ -554,10 +697,10 @@ func TestKilledBeforeTheRestartNoProcessKnown(t *testing.T) {
 		if err := j.Begin(journal.Underway{Key: "k", Phase: journal.PhaseRestarting, Start: time.Now().Add(-time.Second)}); err != nil {
 			t.Fatal(err)
 		}
-		r := newRig(t, rigOptions{journal: j, change: func(o *Options) { o.Mode = ModeReport }})
+		r := newRig(t, rigOptions{journal: j, change: func(o *rigConfig) { o.Mode = remedy.ModeReport }})
 		after(r.o.Timeout)
-		a := r.m.Attempts()
-		if len(a) != 1 || a[0].Outcome != OutcomeInterrupted || a[0].Restarted {
+		a := r.rem.Attempts()
+		if len(a) != 1 || a[0].Outcome != remedy.OutcomeInterrupted || a[0].Restarted {
 			t.Fatalf("attempts %+v, want the record interrupted", a)
 		}
 	})
@@ -572,7 +715,7 @@ func TestNoKubeletAfterTheRestart(t *testing.T) {
 		after(3 * time.Second)
 		after(r.o.Timeout)
 		a := r.attempts(1)
-		if a[0].Outcome != OutcomeFailed || !errors.Is(a[0].Err, errNoKubelet) || !a[0].Restarted {
+		if a[0].Outcome != remedy.OutcomeFailed || !errors.Is(a[0].Err, remedy.ErrNoKubelet) || !a[0].Restarted {
 			t.Fatalf("attempt %+v, want failed: no kubelet", a[0])
 		}
 	})
@@ -582,15 +725,15 @@ func TestNoKubeletAfterTheRestart(t *testing.T) {
 // asks nothing, and the record is closed.
 func TestSIGTERMBeforeTheAsk(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, rigOptions{change: func(o *Options) { o.Settle = time.Hour }})
+		r := newRig(t, rigOptions{change: func(o *rigConfig) { o.Settle = time.Hour }})
 		r.cancel() // stopping before the settle time is over
 		<-r.done
 		r.cancel = nil
-		p := Plan{Action: ActionRestart, Key: "k", Drift: cpuDrift}
+		p := remedy.Plan{Action: remedy.ActionRestart, Key: r.predict().Key}
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		a := r.m.restart(ctx, p, time.Now())
-		if a.Outcome != "" && a.Outcome != OutcomeInterrupted {
+		a, _ := r.rem.Restart(ctx, p)
+		if a.Outcome != "" && a.Outcome != remedy.OutcomeInterrupted {
 			t.Fatalf("attempt %+v", a)
 		}
 		if calls := r.supervisor.Calls(); len(calls) != 0 {
@@ -613,9 +756,9 @@ func TestOldUnderwayRecordIsNotActedOn(t *testing.T) {
 		if err := j.Begin(journal.Underway{Key: "k", Phase: journal.PhaseVerifying, Start: time.Now().Add(-2 * time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
-		r := newRig(t, rigOptions{journal: j, change: func(o *Options) { o.Mode = ModeReport }})
+		r := newRig(t, rigOptions{journal: j, change: func(o *rigConfig) { o.Mode = remedy.ModeReport }})
 		a := r.attempts(1)
-		if a[0].Outcome != OutcomeInterrupted || !strings.Contains(a[0].Err.Error(), "too old to verify") {
+		if a[0].Outcome != remedy.OutcomeInterrupted || !strings.Contains(a[0].Err.Error(), "too old to verify") {
 			t.Fatalf("attempt %+v", a[0])
 		}
 		if calls := r.supervisor.Calls(); len(calls) != 0 {
@@ -636,9 +779,9 @@ func TestLegacyRecordStartsTheKubelet(t *testing.T) {
 		if err := j.Begin(journal.Underway{Key: "k", Phase: journal.LegacyPhaseRepairing, Start: time.Now().Add(-time.Minute)}); err != nil {
 			t.Fatal(err)
 		}
-		r := newRig(t, rigOptions{journal: j, change: func(o *Options) { o.Mode = ModeReport }})
+		r := newRig(t, rigOptions{journal: j, change: func(o *rigConfig) { o.Mode = remedy.ModeReport }})
 		a := r.attempts(1)
-		if a[0].Outcome != OutcomeInterrupted {
+		if a[0].Outcome != remedy.OutcomeInterrupted {
 			t.Fatalf("attempt %+v", a[0])
 		}
 		if diff := cmp.Diff([]string{"start"}, r.supervisor.Calls()); diff != "" {
@@ -668,6 +811,7 @@ func TestMachineChangesDuringTheRestart(t *testing.T) {
 						r.t.Error(err)
 					}
 				}
+				r.feed() // the daemon's snapshot of the change
 			}
 		}})
 		after(3 * time.Second)
@@ -687,7 +831,7 @@ func withheldCase(t *testing.T, ro rigOptions, want string) {
 		old := r.stateFile()
 		after(3 * time.Second)
 		a := r.attempts(1)
-		if a[0].Outcome != OutcomeWithheld || a[0].Restarted {
+		if a[0].Outcome != remedy.OutcomeWithheld || a[0].Restarted {
 			t.Fatalf("attempt %+v, want withheld", a[0])
 		}
 		if calls := r.supervisor.Calls(); len(calls) != 0 {
@@ -751,46 +895,15 @@ func TestWithheld(t *testing.T) {
 		}}, "ChangeContainerStatusOnKubeletRestart")
 	})
 	t.Run("the unit says no", func(t *testing.T) {
-		withheldCase(t, rigOptions{change: func(o *Options) {
-			o.Unit = func(_ context.Context, _ *kubeletwatch.Facts, needsRepair bool) UnitVerdict {
+		withheldCase(t, rigOptions{change: func(o *rigConfig) {
+			o.Unit = func(_ context.Context, _ *kubeletwatch.Facts, needsRepair bool) remedy.UnitVerdict {
 				if !needsRepair {
 					t.Error("a static CPU manager's restart does not need the repair in the start")
 				}
-				return UnitVerdict{Why: "the kubelet's unit kubelet.service is masked", Todo: "unmask it"}
+				return remedy.UnitVerdict{Why: "the kubelet's unit kubelet.service is masked", Todo: "unmask it"}
 			}
 		}}, "kubelet.service is masked")
 	})
-}
-
-// TestBinaryChanged: the binary's change time against the kubelet's start.
-func TestBinaryChanged(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "kubelet")
-	if err := os.WriteFile(bin, []byte("old"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	facts := func(argv0 string, started time.Time) *kubeletwatch.Facts {
-		return &kubeletwatch.Facts{Kubelet: &kubeletconfig.Kubelet{PID: 7, Cmdline: []string{argv0, "--config=x"}}, Started: started}
-	}
-	for _, tt := range []struct {
-		name string
-		f    *kubeletwatch.Facts
-		want string // "" or a part of the reason
-	}{
-		{"unchanged since the start", facts(bin, fi.ModTime().Add(time.Second)), ""},
-		{"changed after the start", facts(bin, fi.ModTime().Add(-time.Minute)), "changed at"},
-		{"gone", facts(bin+".gone", fi.ModTime().Add(time.Second)), "cannot be looked at"},
-		{"relative path", facts("kubelet", fi.ModTime().Add(time.Second)), "not by an absolute path"},
-		{"no process: the operator's word", &kubeletwatch.Facts{Kubelet: &kubeletconfig.Kubelet{Cmdline: []string{"--config=x"}}}, ""},
-	} {
-		got := binaryChanged(tt.f)
-		if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
-			t.Errorf("%s: binaryChanged = %q, want %q", tt.name, got, tt.want)
-		}
-	}
 }
 
 // TestAllowReadinessReset: --allow-readiness-reset restarts a 1.34 kubelet.
@@ -798,9 +911,9 @@ func TestAllowReadinessReset(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, rigOptions{prepare: func(r *rig) {
 			r.kubelet.f.Version, r.kubelet.f.Release = kubeletversion.MustParse("v1.34.4"), kubeletversion.ByMinor(34)
-		}, change: func(o *Options) { o.AllowReadinessReset = true }})
+		}, change: func(o *rigConfig) { o.AllowReadinessReset = true }})
 		after(3 * time.Second)
-		if a := r.attempts(1); a[0].Outcome != OutcomeRemediated {
+		if a := r.attempts(1); a[0].Outcome != remedy.OutcomeRemediated {
 			t.Fatalf("attempt %+v", a[0])
 		}
 	})
@@ -815,10 +928,10 @@ func TestDailyBudget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := j.Finish(journal.Entry{Key: "earlier", Start: time.Now().Add(-time.Hour), Outcome: OutcomeRemediated, Restarted: true}); err != nil {
+		if err := j.Finish(journal.Entry{Key: "earlier", Start: time.Now().Add(-time.Hour), Outcome: remedy.OutcomeRemediated, Restarted: true}); err != nil {
 			t.Fatal(err)
 		}
-		r := newRig(t, rigOptions{journal: j, change: func(o *Options) { o.MaxPerDay = 1 }})
+		r := newRig(t, rigOptions{journal: j, change: func(o *rigConfig) { o.MaxPerDay = 1 }})
 		after(3 * time.Second)
 		after(22 * time.Hour)
 		r.attempts(0)
@@ -826,7 +939,7 @@ func TestDailyBudget(t *testing.T) {
 			t.Fatalf("restarted within the budget's day: %v", calls)
 		}
 		after(time.Hour)
-		if a := r.attempts(1); a[0].Outcome != OutcomeRemediated {
+		if a := r.attempts(1); a[0].Outcome != remedy.OutcomeRemediated {
 			t.Fatalf("attempt %+v", a[0])
 		}
 	})
@@ -846,7 +959,7 @@ func TestNeedsPersonLeavesTheKubeletAlone(t *testing.T) {
 		old := r.stateFile()
 		after(3 * time.Second)
 		a := r.attempts(1)
-		if a[0].Outcome != OutcomeNeedsPerson {
+		if a[0].Outcome != remedy.OutcomeNeedsPerson {
 			t.Fatalf("outcome %s", a[0].Outcome)
 		}
 		if calls := r.supervisor.Calls(); len(calls) != 0 {
@@ -871,7 +984,7 @@ func withEarlierRestart(t *testing.T) *journal.Journal {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := j.Finish(journal.Entry{Key: "earlier", Start: time.Now().Add(-time.Minute), Outcome: OutcomeRemediated, Reason: nodepatch.ReasonRemediated, Restarted: true}); err != nil {
+	if err := j.Finish(journal.Entry{Key: "earlier", Start: time.Now().Add(-time.Minute), Outcome: remedy.OutcomeRemediated, Reason: nodepatch.ReasonRemediated, Restarted: true}); err != nil {
 		t.Fatal(err)
 	}
 	return j
@@ -883,8 +996,8 @@ func TestRateLimitedNeedsPersonIsReportedAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, rigOptions{cpus: 4, journal: withEarlierRestart(t)})
 		after(3 * time.Second)
-		if a := r.attempts(1); a[0].Outcome != OutcomeNeedsPerson {
-			t.Fatalf("outcome %s, want %s within the rate limit", a[0].Outcome, OutcomeNeedsPerson)
+		if a := r.attempts(1); a[0].Outcome != remedy.OutcomeNeedsPerson {
+			t.Fatalf("outcome %s, want %s within the rate limit", a[0].Outcome, remedy.OutcomeNeedsPerson)
 		}
 		if diff := cmp.Diff([]string{nodepatch.ReasonRemediated, nodepatch.ReasonNeedsDrain}, r.reasons()); diff != "" {
 			t.Errorf("journal entries (-want +got):\n%s", diff)
@@ -908,7 +1021,7 @@ func TestRateLimitedRestartWaits(t *testing.T) {
 			t.Errorf("the kubelet was judged %d times within the rate limit, want once", n)
 		}
 		after(9*time.Minute - 3*time.Second)
-		if a := r.attempts(1); a[0].Outcome != OutcomeRemediated {
+		if a := r.attempts(1); a[0].Outcome != remedy.OutcomeRemediated {
 			t.Fatalf("outcome %s (%v)", a[0].Outcome, a[0].Err)
 		}
 	})
@@ -918,7 +1031,7 @@ func TestNoRestartDuringBurst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		busy := true
-		r := newRig(t, rigOptions{change: func(o *Options) {
+		r := newRig(t, rigOptions{change: func(o *rigConfig) {
 			o.Busy = func() bool { mu.Lock(); defer mu.Unlock(); return busy }
 		}})
 		after(50 * time.Second) // a burst that never goes quiet
@@ -926,7 +1039,7 @@ func TestNoRestartDuringBurst(t *testing.T) {
 		mu.Lock()
 		busy = false
 		mu.Unlock()
-		r.m.Activity(time.Now()) // the burst's last event
+		r.loop.Activity(time.Now()) // the burst's last event
 		after(3 * time.Second)
 		r.attempts(1)
 	})
@@ -936,7 +1049,7 @@ func TestActivityRestartsTheSettleTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, rigOptions{})
 		after(2 * time.Second)
-		r.m.Activity(time.Now())
+		r.loop.Activity(time.Now())
 		after(2 * time.Second)
 		r.attempts(0)
 		after(time.Second)
@@ -946,10 +1059,10 @@ func TestActivityRestartsTheSettleTime(t *testing.T) {
 
 func TestDryRunChangesNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, rigOptions{change: func(o *Options) { o.DryRun = true }})
+		r := newRig(t, rigOptions{change: func(o *rigConfig) { o.DryRun = true }})
 		old := r.stateFile()
 		after(3 * time.Second)
-		if a := r.attempts(1); a[0].Outcome != OutcomeDryRun {
+		if a := r.attempts(1); a[0].Outcome != remedy.OutcomeDryRun {
 			t.Fatalf("outcome %s", a[0].Outcome)
 		}
 		if calls := r.supervisor.Calls(); len(calls) != 0 {
@@ -966,7 +1079,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 
 func TestReportOnly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, rigOptions{change: func(o *Options) { o.Mode = ModeReport }})
+		r := newRig(t, rigOptions{change: func(o *rigConfig) { o.Mode = remedy.ModeReport }})
 		after(time.Hour)
 		r.attempts(0)
 		if calls := r.supervisor.Calls(); len(calls) != 0 {
@@ -993,58 +1106,22 @@ func TestFailedAttemptSurvivesRestarts(t *testing.T) {
 	})
 }
 
-func TestSuperReadOnly(t *testing.T) {
-	mount := func(mp string, superRO bool) *procfs.MountInfo {
-		super := map[string]string{"rw": ""}
-		if superRO {
-			super = map[string]string{"ro": ""}
-		}
-		// The mount's own options are read-only for the kubelet's root
-		// dir, as in hotplugd's sandbox: they do not count.
-		return &procfs.MountInfo{MountPoint: mp, Options: map[string]string{"ro": ""}, SuperOptions: super}
-	}
-	mounts := []*procfs.MountInfo{mount("/", false), mount("/var/lib/kubelet", false), mount("/mnt/ro disk", true)}
-	for _, tt := range []struct {
-		dir  string
-		want bool
-	}{
-		{"/var/lib/kubelet", false}, // a read-only view of a writable file system
-		{"/var/lib/kubelet/pods", false},
-		{"/mnt/ro disk/x", true},
-		{"/mnt/ro", false},
-		{"/etc", false},
-	} {
-		got, err := superReadOnlyIn(mounts, tt.dir)
-		if err != nil || got != tt.want {
-			t.Errorf("superReadOnly(%q) = %v, %v; want %v", tt.dir, got, err, tt.want)
-		}
-	}
-	// This machine's own mounts are read.
-	if _, err := superReadOnly("/"); err != nil {
-		t.Errorf("superReadOnly(/): %v", err)
-	}
-}
-
-// memDrift: the Node reports 1Gi more memory than the machine has.
-var memDrift = nodepatch.Drift{{Field: nodepatch.FieldCapacity, Resource: v1.ResourceMemory,
-	Reported: resource.MustParse("9Gi"), Predicted: resource.MustParse("8Gi")}}
-
 // TestBalloonIsReportedNotRestarted (issue 19): memory capacity going
 // down with no memory offline or remove uevent is a balloon, reported
 // only, however long it lasts; after a memory block's offline uevent the
 // same drift is a hot-remove, and remedied.
 func TestBalloonIsReportedNotRestarted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, rigOptions{prepare: func(r *rig) { r.node.st.Drift = memDrift }})
+		r := newRig(t, rigOptions{prepare: func(r *rig) { r.node.report = reportMoreMemory }})
 		after(time.Hour)
 		r.attempts(0)
 		if calls := r.supervisor.Calls(); len(calls) != 0 {
 			t.Fatalf("restarted for a balloon: %v", calls)
 		}
-		r.m.MemoryDown(time.Now())
-		r.m.Activity(time.Now())
+		r.loop.MemoryDown(time.Now())
+		r.loop.Activity(time.Now())
 		after(3 * time.Second)
-		if a := r.attempts(1); a[0].Outcome != OutcomeRemediated {
+		if a := r.attempts(1); a[0].Outcome != remedy.OutcomeRemediated {
 			t.Fatalf("attempt %+v", a[0])
 		}
 	})
