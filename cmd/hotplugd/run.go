@@ -310,7 +310,7 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 	if err != nil {
 		return nil, cleanup, err
 	}
-	nodes := nodepatch.NewWatch(client, node)
+	nodes := nodepatch.NewWatch(client, node, log)
 	writer, err := nodepatch.NewWriter(nodepatch.WriterOptions{
 		Client: client, NodeName: node, DryRun: o.DryRun, Log: log, Registerer: metrics.Registry,
 	})

@@ -195,7 +195,7 @@ func (l *Loop) Run(ctx context.Context) error {
 			timer.Stop()
 		}
 	}()
-	logged := ""
+	logged, noise := "", ""
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -223,6 +223,13 @@ func (l *Loop) Run(ctx context.Context) error {
 		if s := string(plan.Remedy.Action) + plan.Remedy.Why + plan.PredictErr; s != logged {
 			logged = s
 			l.logPlan(plan)
+		}
+
+		if n := plan.Node.Drift.Noise().String(); n != noise {
+			if noise = n; n != "" {
+				l.log.Info("memory differs by less than --min-memory-delta; not drift", zap.String("difference", n),
+					zap.String("min_memory_delta", o.MinMemoryDelta.String()))
+			}
 		}
 
 		// Execute: Events, then the Node's patch, then the remedy.

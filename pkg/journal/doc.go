@@ -5,9 +5,10 @@
 //
 // It is a package of its own because it is the one place where the two
 // halves of the daemon meet without calling each other: the remedy
-// (pkg/remedy) writes it as it acts, and the Node reporter (pkg/nodepatch)
+// (pkg/remedy) writes it as it acts, and the control loop (pkg/control)
 // reads it like a source, for the condition's note, the remedy's Events,
-// and holding its writes while the kubelet restarts. It survives hotplugd's
+// the rate limit and budget, and holding the Node's writes while the
+// kubelet restarts. It survives hotplugd's
 // restarts, so that a restart whose hotplugd was killed is verified by the
 // next hotplugd (never repeated, never stopped: the supervisor owns it), a
 // failed attempt is not repeated by a crash-looping one, and the daily

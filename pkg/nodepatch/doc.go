@@ -1,5 +1,7 @@
-// Package nodepatch makes the cluster see what hotplugd sees: it watches the
-// daemon's own Node (one watch, field-selected by name), compares what the
+// Package nodepatch makes the cluster see what hotplugd sees. It has the
+// Node's three parts of the control loop (pkg/control decides): Watch, the
+// source (one watch of the daemon's own Node, field-selected by name);
+// Reported, pure, which compares what the
 // kubelet reports in status.capacity and status.allocatable with what a
 // freshly started kubelet would report on this machine (the Prediction), and
 // reports the difference on the Node:
@@ -25,7 +27,9 @@
 // and kernel reservations move MemTotal by a few MiB): it is logged, never
 // reported as drift. CPU and hugepage differences always count.
 //
-// Writes that fail are retried, level-triggered, with capped exponential
-// backoff and jitter, for as long as the API server is away; the next
-// attempt after it returns converges.
+// Writer executes: one status patch, Events. Writes that fail are retried
+// by the control loop, level-triggered, with capped exponential backoff and
+// jitter (Backoff), for as long as the API server is away; the next attempt
+// after it returns converges. Writes refused for good (403, 401, 404, 400,
+// 422) back off to minutes.
 package nodepatch

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"go.uber.org/zap"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -16,6 +17,7 @@ import (
 // is a source of the control loop: it decides and writes nothing.
 type Watch struct {
 	name     string
+	log      *zap.Logger
 	informer cache.SharedIndexInformer
 
 	mu      sync.Mutex
@@ -24,11 +26,15 @@ type Watch struct {
 
 // NewWatch returns a Watch of the Node name; nothing is requested before
 // Run.
-func NewWatch(client kubernetes.Interface, name string) *Watch {
+func NewWatch(client kubernetes.Interface, name string, log *zap.Logger) *Watch {
+	if log == nil {
+		log = zap.NewNop()
+	}
 	lw := cache.NewListWatchFromClient(client.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll,
 		fields.OneTermEqualSelector("metadata.name", name))
 	return &Watch{
 		name:     name,
+		log:      log.Named("nodepatch"),
 		informer: cache.NewSharedIndexInformer(lw, &v1.Node{}, 0, cache.Indexers{}),
 		changed:  make(chan struct{}),
 	}
@@ -50,6 +56,7 @@ func (w *Watch) Run(ctx context.Context) error {
 			w.poke()
 		}
 	}()
+	w.log.Info("watching the node", zap.String("node", w.name))
 	w.informer.RunWithContext(ctx)
 	return nil
 }

@@ -36,16 +36,17 @@
 //     state files fit the old machine only, and the kubelet is its
 //     supervisor's.
 //
-// Decide is the whole policy as a pure function over explicit inputs (a
-// Plan can be printed and asserted); the Remedier only executes plans, from
-// one goroutine, so two remedies never overlap. One attempt per (prediction,
-// kubelet configuration) (Key): one that failed, was refused, withheld or
-// needed a person is not repeated until either changes; attempts are
-// rate-limited (one per Interval) and bounded (MaxPerDay restarts in any 24
-// hours); all are read from the Journal, so they hold across hotplugd's
-// restarts. The waits hold restarts back, not findings: within them a new
-// drift gets steps 1 to 3 once (ActionCheck), so a refusal, a NeedsDrain or
-// a withheld restart is reported at once.
+// Decide is the remedy's half of the policy as a pure function over
+// explicit inputs; pkg/control's one loop calls it from its own Decide and
+// hands the resulting plan to the Remedier, which only executes (Restart,
+// Check, Recover), one at a time, so two remedies never overlap. One
+// attempt per (prediction, kubelet configuration) (Key): one that failed,
+// was refused, withheld or needed a person is not repeated until either
+// changes; attempts are rate-limited (one per Interval) and bounded
+// (MaxPerDay restarts in any 24 hours); all are read from the Journal, so
+// they hold across hotplugd's restarts. The waits hold restarts back, not
+// findings: within them a new drift gets steps 1 to 3 once (ActionCheck),
+// so a refusal, a NeedsDrain or a withheld restart is reported at once.
 //
 // Crash safety by construction: no hotplugd process stands between the
 // kubelet's stop and its start. A hotplugd killed before asking leaves the
