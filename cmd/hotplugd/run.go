@@ -14,12 +14,13 @@ import (
 	"github.com/go-logr/zapr"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/hotplugd/hotplugd/pkg/cpuonline"
 	"github.com/hotplugd/hotplugd/pkg/control"
+	"github.com/hotplugd/hotplugd/pkg/cpuonline"
 	"github.com/hotplugd/hotplugd/pkg/daemon"
 	"github.com/hotplugd/hotplugd/pkg/debounce"
 	"github.com/hotplugd/hotplugd/pkg/journal"
@@ -360,7 +361,10 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		rem, err := remedy.New(remedy.Options{
 			Interval: o.RemedyInterval, Timeout: o.RemedyTimeout, DryRun: o.DryRun, AllowReadinessReset: o.AllowReadinessReset,
 			Kubelet: watch, Journal: record, WouldRefuse: wouldRefuse, Unit: unit,
-			Control: restarter, Node: obs, Snapshot: d.FS().Snapshot,
+			Control: restarter, Node: obs, Snapshot: d.FS().Snapshot, MinMemoryDelta: o.minMemoryDelta,
+			GetNode: func(ctx context.Context) (*v1.Node, error) {
+				return client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			},
 			Log: log, Registerer: metrics.Registry,
 		})
 		if err != nil {

@@ -268,6 +268,7 @@ type rigConfig struct {
 	AllowReadinessReset bool
 	Unit                func(context.Context, *kubeletwatch.Facts, bool) remedy.UnitVerdict
 	Busy                func() bool
+	GetNode             func(context.Context) (*v1.Node, error)
 }
 
 type rig struct {
@@ -403,6 +404,7 @@ func (r *rig) start() {
 	r.rem, err = remedy.New(remedy.Options{
 		Interval: r.o.Interval, Timeout: r.o.Timeout, DryRun: r.o.DryRun, AllowReadinessReset: r.o.AllowReadinessReset,
 		Unit: r.o.Unit, Kubelet: r.kubelet, Journal: r.journal, Control: r.supervisor, Node: obs, Snapshot: r.fs.Snapshot,
+		GetNode: r.o.GetNode,
 	})
 	if err != nil {
 		r.t.Fatal(err)
@@ -590,20 +592,57 @@ func TestVerificationFailureIsNotRolledBack(t *testing.T) {
 
 // TestAPIOutageDuringVerificationIsNotAKubeletFailure: the kubelet was
 // restarted and runs; the Node cannot be read: unverified, not failed.
+// Whether the watch lost the Node or (as a real watch does while the API
+// server is away) keeps the last one it saw, still stale: the API server is
+// asked once more before the kubelet is called failed.
 func TestAPIOutageDuringVerificationIsNotAKubeletFailure(t *testing.T) {
+	away := func(context.Context) (*v1.Node, error) { return nil, errors.New("connection refused") }
+	for _, tt := range []struct {
+		name    string
+		prepare func(*rig)
+	}{
+		{"the watch lost the Node", func(r *rig) { r.supervisor.atRepair = func() { r.node.gone() } }},
+		{"the watch keeps the stale Node", func(*rig) {}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newRig(t, rigOptions{prepare: func(r *rig) {
+					r.supervisor.fixes = false
+					tt.prepare(r)
+				}, change: func(o *rigConfig) { o.GetNode = away }})
+				after(3 * time.Second)
+				after(r.o.Timeout)
+				a := r.attempts(1)
+				if a[0].Outcome != remedy.OutcomeUnverified || !errors.Is(a[0].Err, remedy.ErrNodeUnknown) || !a[0].Restarted {
+					t.Fatalf("attempt %+v, want unverified", a[0])
+				}
+				if diff := cmp.Diff([]string{"restart"}, r.supervisor.Calls()); diff != "" {
+					t.Errorf("supervisor calls (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
+
+// TestLaggingWatchIsNotAKubeletFailure: the watch still shows the old
+// Node at the verification's end, the API server shows the new one:
+// verified.
+func TestLaggingWatchIsNotAKubeletFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, rigOptions{prepare: func(r *rig) {
+		var r *rig
+		current := func(context.Context) (*v1.Node, error) {
+			n := &v1.Node{}
+			n.Status = reportMachine(r.predict())
+			return n, nil
+		}
+		newRig(t, rigOptions{prepare: func(rr *rig) {
+			r = rr // before the loop runs
 			r.supervisor.fixes = false
-			r.supervisor.atRepair = func() { r.node.gone() }
-		}})
+		}, change: func(o *rigConfig) { o.GetNode = current }})
 		after(3 * time.Second)
 		after(r.o.Timeout)
-		a := r.attempts(1)
-		if a[0].Outcome != remedy.OutcomeUnverified || !errors.Is(a[0].Err, remedy.ErrNodeUnknown) || !a[0].Restarted {
-			t.Fatalf("attempt %+v, want unverified", a[0])
-		}
-		if diff := cmp.Diff([]string{"restart"}, r.supervisor.Calls()); diff != "" {
-			t.Errorf("supervisor calls (-want +got):\n%s", diff)
+		if a := r.attempts(1); a[0].Outcome != remedy.OutcomeRemediated {
+			t.Fatalf("attempt %+v, want remediated", a[0])
 		}
 	})
 }

@@ -75,4 +75,3 @@ func TestSuperReadOnly(t *testing.T) {
 		t.Errorf("superReadOnly(/): %v", err)
 	}
 }
-

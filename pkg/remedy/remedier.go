@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/clock"
 
 	"github.com/hotplugd/hotplugd/pkg/journal"
@@ -89,6 +90,13 @@ type Options struct {
 	// ChangeContainerStatusOnKubeletRestart on).
 	AllowReadinessReset bool
 	DryRun              bool
+	// GetNode reads the Node from the API server, past the watch's cache:
+	// at the verification's end a Node that still shows the drift is read
+	// once more, so that an API server away is not taken for a kubelet
+	// that failed. MinMemoryDelta is the drift's (Config's). nil: the
+	// watched Node decides.
+	GetNode        func(ctx context.Context) (*v1.Node, error)
+	MinMemoryDelta resource.Quantity
 
 	// Kubelet is the kubelet as discovered: its configuration, release,
 	// state directory, process and healthz.

@@ -122,8 +122,8 @@ var ErrNodeUnknown = errors.New("the Node could not be read to verify the kubele
 
 // verify waits, within Timeout, for a kubelet process other than before
 // (when known), its healthz, then the Node showing the prediction.
-func (m *Remedier) verify(ctx context.Context, before *journal.Process, f *kubeletwatch.Facts) error {
-	ctx, cancel := context.WithTimeout(ctx, m.o.Timeout)
+func (m *Remedier) verify(parent context.Context, before *journal.Process, f *kubeletwatch.Facts) error {
+	ctx, cancel := context.WithTimeout(parent, m.o.Timeout)
 	defer cancel()
 	if before != nil {
 		if err := m.waitNewProcess(ctx, *before); err != nil {
@@ -144,14 +144,42 @@ func (m *Remedier) verify(ctx context.Context, before *journal.Process, f *kubel
 		}
 		select {
 		case <-ctx.Done():
+			if parent.Err() != nil {
+				return parent.Err()
+			}
 			if !st.Known() {
 				return fmt.Errorf("remedy: %w within %v (the API server may be away)", ErrNodeUnknown, m.o.Timeout)
 			}
-			return fmt.Errorf("remedy: the Node still reports %s after the kubelet restart (waited %v)",
-				st.Drift.Significant(), m.o.Timeout)
+			// The watch keeps the last Node it saw while the API server
+			// is away: ask the API server itself before calling the
+			// kubelet failed.
+			return m.confirmStale(parent, st)
 		case <-changed:
 		}
 	}
+}
+
+// confirmStale reads the Node from the API server once (GetNode) when the
+// watched Node still shows the drift at the verification's end: a Node
+// that cannot be read is ErrNodeUnknown (unverified, not a kubelet
+// failure), one that shows the machine is a watch that lagged (verified),
+// one that still shows the drift a failure.
+func (m *Remedier) confirmStale(ctx context.Context, st nodepatch.State) error {
+	stale := fmt.Errorf("remedy: the Node still reports %s after the kubelet restart (waited %v)", st.Drift.Significant(), m.o.Timeout)
+	if m.o.GetNode == nil {
+		return stale
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := m.o.GetNode(ctx)
+	if err != nil {
+		return fmt.Errorf("remedy: %w: the watched Node still showed %s after %v, and reading it again failed: %v (the API server may be away)",
+			ErrNodeUnknown, st.Drift.Significant(), m.o.Timeout, err)
+	}
+	if d := nodepatch.Compare(*st.Prediction, n.Status, m.o.MinMemoryDelta); d.Stale() {
+		return fmt.Errorf("remedy: the Node still reports %s after the kubelet restart (waited %v)", d.Significant(), m.o.Timeout)
+	}
+	return nil
 }
 
 // waitNewProcess waits for the kubelet process to be another than before.
