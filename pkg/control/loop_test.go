@@ -530,6 +530,10 @@ func TestOneRestartPerSettledChange(t *testing.T) {
 		if u := r.journal.Underway(); u != nil {
 			t.Errorf("still under way: %+v", u)
 		}
+		// The Node's Events: the drift once, the remedy once.
+		if diff := cmp.Diff([]string{nodepatch.ReasonCapacityDrift, nodepatch.ReasonRemediated}, r.writer.reasons()); diff != "" {
+			t.Errorf("Events (-want +got):\n%s", diff)
+		}
 		after(time.Hour)
 		r.attempts(1)
 	})
