@@ -82,16 +82,36 @@ type layout struct {
 	// podLevel and emptyDir say whether the release writes
 	// PodLevelResources and EmptyDirVolumeLimits in an entry.
 	podLevel, emptyDir bool
+	// initKept: the release keeps regular init containers too (IsResizableContainer)
+	// when InPlacePodVerticalScalingInitContainers is on; initLocked: it is
+	// always on.
+	initKept, initLocked bool
 }
 
 // layouts is one row per known minor release, read off each release's
 // pkg/kubelet/allocation/state and pkg/features/kube_features.go (checked by
 // test/kubeletcompat against the release's own code).
 var layouts = map[int]layout{
-	34: {gateDefault: true},                                                   // gate beta
-	35: {gateDefault: true, gateLocked: true, podLevel: true},                 // gate GA
-	36: {gateDefault: true, gateLocked: true, podLevel: true},                 //
-	37: {gateDefault: true, gateLocked: true, podLevel: true, emptyDir: true}, //
+	34: {gateDefault: true},                                                                                     // InPlacePodVerticalScaling beta
+	35: {gateDefault: true, gateLocked: true, podLevel: true},                                                   // GA
+	36: {gateDefault: true, gateLocked: true, podLevel: true, initKept: true},                                   // InPlacePodVerticalScalingInitContainers beta
+	37: {gateDefault: true, gateLocked: true, podLevel: true, emptyDir: true, initKept: true, initLocked: true}, // GA
+}
+
+// GateInitContainers is the gate under which kubelet 1.36 keeps regular
+// init containers in the checkpoint (on by default; locked on in 1.37).
+const GateInitContainers = "InPlacePodVerticalScalingInitContainers"
+
+// initContainersKept reports whether the release with featureGates keeps
+// regular init containers in the file.
+func (l layout) initContainersKept(featureGates map[string]bool) bool {
+	if !l.initKept {
+		return false
+	}
+	if on, set := featureGates[GateInitContainers]; set && !l.initLocked {
+		return on
+	}
+	return true
 }
 
 // Written reports whether the kubelet of release minor with featureGates
@@ -119,6 +139,12 @@ type Pod struct {
 	// PodLevel are the pod-level resources, nil unless the kubelet stores
 	// them (InPlacePodLevelResourcesVerticalScaling) and the pod has some.
 	PodLevel *v1.ResourceRequirements
+	// InitContainersKept: the kubelet that wrote the entry keeps regular
+	// init containers in Containers (1.36 with
+	// InPlacePodVerticalScalingInitContainers, on by default; 1.37), which
+	// it counts only at their largest: Requests is then the most it
+	// counts, MinRequests the least.
+	InitContainersKept bool
 }
 
 // Checkpoint is an allocated_pods_state file as read.
@@ -157,7 +183,7 @@ func Read(rootDir string, rel *kubeletversion.Release, featureGates map[string]b
 	case err != nil:
 		return nil, fmt.Errorf("allocated: %w", err)
 	}
-	cp, err := Parse(b, rel.Minor)
+	cp, err := Parse(b, rel.Minor, featureGates)
 	if err != nil {
 		return nil, fmt.Errorf("allocated: read %s: %w", path, err)
 	}
@@ -166,11 +192,11 @@ func Read(rootDir string, rel *kubeletversion.Release, featureGates map[string]b
 }
 
 // Parse parses the contents of an allocated_pods_state file as the kubelet
-// of release minor loads it: envelope, checksum of the data string, then
-// the data. A file that loader refuses is an ErrCorrupt (CorruptError); one
+// of release minor with featureGates loads it: envelope, checksum of the
+// data string, then the data. A file that loader refuses is an ErrCorrupt (CorruptError); one
 // it loads is then read again strictly, and anything the release does not
 // write (an unknown field, trailing data) is an ErrUnknownFormat.
-func Parse(b []byte, minor int) (*Checkpoint, error) {
+func Parse(b []byte, minor int, featureGates map[string]bool) (*Checkpoint, error) {
 	l, ok := layouts[minor]
 	if !ok {
 		return nil, fmt.Errorf("%w (kubelet 1.%d)", ErrUnknownRelease, minor)
@@ -224,7 +250,7 @@ func Parse(b []byte, minor int) (*Checkpoint, error) {
 		if err != nil {
 			return nil, formatError(minor, "the entry of pod "+uid, err)
 		}
-		cp.Pods = append(cp.Pods, Pod{UID: uid, Containers: e.ContainerResources, PodLevel: e.PodLevelResources})
+		cp.Pods = append(cp.Pods, Pod{UID: uid, Containers: e.ContainerResources, PodLevel: e.PodLevelResources, InitContainersKept: l.initContainersKept(featureGates)})
 	}
 	slices.SortFunc(cp.Pods, func(a, b Pod) int { return strings.Compare(a.UID, b.UID) })
 	return cp, nil

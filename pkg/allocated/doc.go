@@ -32,15 +32,18 @@
 // as the scheduler's NodeInfo computes it):
 //
 //   - The file holds no container types: app containers, sidecars
-//     (restartable init containers) and, where the kubelet stores them, regular
-//     init containers are one map by name. Pod.Requests sums them all. The
-//     kubelet sums app containers and sidecars and takes the larger of that
-//     and each regular init container (plus the sidecars before it). Kubelets
-//     1.34 and 1.35 store no regular init container: the sum is exactly what
-//     they count, unless an init container asks more than the rest (then it
-//     is less). 1.36 (InPlacePodVerticalScalingInitContainers, beta, on) and
-//     1.37 (GA) store them too: the sum is at least what they count (it may
-//     see a shortfall that is not there, never miss one for this reason).
+//     (restartable init containers) and, where the kubelet keeps them,
+//     regular init containers are one map by name. The kubelet sums app
+//     containers and sidecars and takes the larger of that and each regular
+//     init container (plus the sidecars before it). Kubelets 1.34 and 1.35
+//     keep no regular init container: Pod.Requests, the sum, is what they
+//     count, unless an init container asks more than the rest (then it is
+//     less). 1.36 (InPlacePodVerticalScalingInitContainers, beta, on) and
+//     1.37 (GA) keep them too (Pod.InitContainersKept): the sum is then the
+//     most they count and Pod.MinRequests, each resource's largest
+//     container, the least; Shortfall judges by the most (a shortfall may
+//     not be there: Short.Certain is false) and says Certain only where
+//     the least falls short too.
 //   - Pod overhead (RuntimeClass) is in the pod's spec, not in the file: not
 //     counted. A node running pods with overhead may be short by it.
 //   - Pod-level requests are in the file only with

@@ -16,14 +16,38 @@ import (
 // container's requests (the file does not say which are init containers;
 // see the package's limits), each resource the pod-level requests name
 // (cpu, memory, hugepages-*) replaced by the pod-level request. No pod
-// overhead: the file has none.
+// overhead: the file has none. Where the file may hold regular init
+// containers (InitContainersKept) this is the most the kubelet counts.
 func (p Pod) Requests() v1.ResourceList {
+	return p.requests(func(sum *resource.Quantity, q resource.Quantity) { sum.Add(q) })
+}
+
+// MinRequests are the least the kubelet counts for the pod from what the
+// file holds. Without InitContainersKept they are Requests (the file holds
+// the app containers and sidecars, all summed). With it, any container may
+// be a regular init container, counted only at its largest, so the least
+// is each resource's largest container request (pod-level requests, where
+// the file has them, are exact).
+func (p Pod) MinRequests() v1.ResourceList {
+	if !p.InitContainersKept {
+		return p.Requests()
+	}
+	return p.requests(func(m *resource.Quantity, q resource.Quantity) {
+		if q.Cmp(*m) > 0 {
+			*m = q.DeepCopy()
+		}
+	})
+}
+
+// requests folds the containers' requests with add, then applies the
+// pod-level requests.
+func (p Pod) requests(add func(acc *resource.Quantity, q resource.Quantity)) v1.ResourceList {
 	reqs := v1.ResourceList{}
 	for _, c := range p.Containers {
 		for name, q := range c.Requests {
-			sum := reqs[name]
-			sum.Add(q)
-			reqs[name] = sum
+			acc := reqs[name]
+			add(&acc, q)
+			reqs[name] = acc
 		}
 	}
 	if p.PodLevel != nil {
@@ -46,8 +70,16 @@ func podLevelResource(name v1.ResourceName) bool {
 // holds.
 type Short struct {
 	Resource v1.ResourceName
-	// Requested is the pods' total (for "pods", their number).
+	// Requested is the pods' total as the kubelet adds it up (each pod's
+	// requests rounded up to a millicore or a unit; for "pods", their
+	// number): the most the kubelet counts from the file.
 	Requested resource.Quantity
+	// Certain: the least the kubelet counts (MinRequests) is over
+	// allocatable too, so its re-admission rejects a pod for sure (as far
+	// as every entry is a running pod). Otherwise the pods may fit: their
+	// total counts regular init containers the kubelet counts only at
+	// their largest.
+	Certain bool
 	// Allocatable is the new allocatable (0 for a hugepage size it lacks).
 	Allocatable resource.Quantity
 	// Pods are the UIDs of the pods that request some of it, sorted: the
@@ -86,7 +118,7 @@ func (r Result) String() string { return r.Describe(nil) }
 // drain some of, each as "<namespace>/<name>" when names knows it, else as
 // "uid <uid>":
 //
-//	cpu: pods request 1800m, the restarted kubelet would allow 1: it would reject at least one of default/a, default/b, default/c (it admits them oldest first; allocated_pods_state does not say which is oldest): drain some of them
+//	cpu: pods request 1800m, the restarted kubelet would allow 1: it would reject at least one of default/a, default/b, default/c (it admits them oldest first, and allocated_pods_state does not say which is oldest): drain some of them
 func (r Result) Describe(names kubeletstate.PodNames) string {
 	if r.Fits() {
 		return fmt.Sprintf("the %d pods in %s fit the new allocatable (pod overhead not counted)", r.Pods, FileName)
@@ -108,8 +140,15 @@ func (r Result) Describe(names kubeletstate.PodNames) string {
 		if s.Resource == v1.ResourcePods {
 			what = fmt.Sprintf("%s pods", s.Requested.String())
 		}
-		fmt.Fprintf(&b, "%s: %s, the restarted kubelet would allow %s: it would reject at least one of %s (it admits them oldest first; %s does not say which is oldest): drain some of them",
-			s.Resource, what, s.Allocatable.String(), strings.Join(pods, ", "), FileName)
+		verdict := "it would reject at least one of"
+		if !s.Certain {
+			verdict = "it may reject one of"
+		}
+		fmt.Fprintf(&b, "%s: %s, the restarted kubelet would allow %s: %s %s (it admits them oldest first, and %s does not say which is oldest): drain some of them",
+			s.Resource, what, s.Allocatable.String(), verdict, strings.Join(pods, ", "), FileName)
+		if !s.Certain {
+			b.WriteString(" (the total counts init containers in full, which the kubelet counts only at their largest)")
+		}
 	}
 	return b.String()
 }
@@ -122,9 +161,10 @@ func (r Result) Describe(names kubeletstate.PodNames) string {
 // judges cpu, memory, ephemeral-storage and pods when allocatable has
 // them, and every hugepages-* size allocatable has or a pod requests (a
 // size allocatable lacks is 0). Where it finds no shortfall the kubelet
-// admits every pod, and where it finds one the kubelet rejects at least
-// one pod with requests of that resource, as far as Pod.Requests is what
-// the kubelet counts (see the package's limits).
+// admits every pod, as far as Pod.Requests is at least what the kubelet
+// counts; where it finds one that is Certain, the kubelet rejects at least
+// one pod with requests of that resource, as far as every pod is running
+// (see the package's limits).
 func Shortfall(allocatable v1.ResourceList, pods []Pod) Result {
 	judged := map[v1.ResourceName]bool{}
 	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage} {
@@ -138,12 +178,12 @@ func Shortfall(allocatable v1.ResourceList, pods []Pod) Result {
 		}
 	}
 	type total struct {
-		sum  int64 // as the kubelet adds it
-		q    resource.Quantity
-		pods []string
+		sum, least int64 // as the kubelet adds them
+		pods       []string
 	}
 	totals := map[v1.ResourceName]*total{}
 	for _, p := range pods {
+		least := p.MinRequests()
 		for name, q := range p.Requests() {
 			if hugepages(name) {
 				judged[name] = true
@@ -161,7 +201,7 @@ func Shortfall(allocatable v1.ResourceList, pods []Pod) Result {
 				totals[name] = t
 			}
 			t.sum += v
-			t.q.Add(q)
+			t.least += value(name, least[name])
 			t.pods = append(t.pods, p.UID)
 		}
 	}
@@ -176,7 +216,7 @@ func Shortfall(allocatable v1.ResourceList, pods []Pod) Result {
 			continue
 		}
 		slices.Sort(t.pods)
-		r.Short = append(r.Short, Short{Resource: name, Requested: t.q, Allocatable: alloc.DeepCopy(), Pods: t.pods})
+		r.Short = append(r.Short, Short{Resource: name, Requested: quantity(name, t.sum), Certain: t.least > value(name, alloc), Allocatable: alloc.DeepCopy(), Pods: t.pods})
 	}
 	if alloc, ok := allocatable[v1.ResourcePods]; ok && int64(len(pods)) > alloc.Value() {
 		uids := make([]string, len(pods))
@@ -184,10 +224,18 @@ func Shortfall(allocatable v1.ResourceList, pods []Pod) Result {
 			uids[i] = p.UID
 		}
 		slices.Sort(uids)
-		r.Short = append(r.Short, Short{Resource: v1.ResourcePods, Requested: *resource.NewQuantity(int64(len(pods)), resource.DecimalSI), Allocatable: alloc.DeepCopy(), Pods: uids})
+		r.Short = append(r.Short, Short{Resource: v1.ResourcePods, Requested: *resource.NewQuantity(int64(len(pods)), resource.DecimalSI), Certain: true, Allocatable: alloc.DeepCopy(), Pods: uids})
 	}
 	slices.SortStableFunc(r.Short, func(a, b Short) int { return compareResources(a.Resource, b.Resource) })
 	return r
+}
+
+// quantity is value's inverse: the kubelet's total as a quantity.
+func quantity(name v1.ResourceName, v int64) resource.Quantity {
+	if name == v1.ResourceCPU {
+		return *resource.NewMilliQuantity(v, resource.DecimalSI)
+	}
+	return *resource.NewQuantity(v, resource.BinarySI)
 }
 
 // value is a quantity as the scheduler's framework.Resource holds it:
