@@ -58,8 +58,9 @@
 //     in memory and rewrites the file at its next allocation, and keeps the
 //     entries of terminated pods (a finished Job's pods) while they exist in
 //     the API; it does not admit terminated pods again. Entries of pods that
-//     do not run make the total larger than the kubelet's: the caller should
-//     keep only running pods (their pod cgroup exists) before Shortfall.
+//     do not run make the total larger than the kubelet's: the caller keeps
+//     only running pods first (KeepRunning, with pkg/podcgroups' pods that
+//     have a pod cgroup).
 //   - Gate off (1.34 only) or no pod admitted yet: no file, or a stale one
 //     the kubelet no longer updates; Read says so (ErrGateOff, ErrNotExist)
 //     and the caller cannot judge.

@@ -274,3 +274,19 @@ func compareResources(a, b v1.ResourceName) int {
 	}
 	return strings.Compare(string(a), string(b))
 }
+
+// KeepRunning splits pods into the entries of the pods in running (a
+// restarted kubelet admits them again) and the UIDs of the others, sorted:
+// entries the kubelet keeps for pods that no longer run (see the package's
+// limits; podcgroups.Running tells which pods run).
+func KeepRunning(pods []Pod, running map[string]bool) (kept []Pod, gone []string) {
+	for _, p := range pods {
+		if running[p.UID] {
+			kept = append(kept, p)
+		} else {
+			gone = append(gone, p.UID)
+		}
+	}
+	slices.Sort(gone)
+	return kept, gone
+}

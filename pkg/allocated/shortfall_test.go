@@ -237,3 +237,14 @@ func TestDescribe(t *testing.T) {
 		t.Errorf("two resources: %s", got)
 	}
 }
+
+func TestKeepRunning(t *testing.T) {
+	pods := []Pod{pod("u1"), pod("u3"), pod("u2")}
+	kept, gone := KeepRunning(pods, map[string]bool{"u1": true, "u9": true})
+	if len(kept) != 1 || kept[0].UID != "u1" {
+		t.Errorf("kept %v", kept)
+	}
+	if diff := cmp.Diff([]string{"u2", "u3"}, gone); diff != "" {
+		t.Errorf("gone (-want +got):\n%s", diff)
+	}
+}
