@@ -458,6 +458,7 @@ func TestAllocatedPodsShortfallMatchesKubelet(t *testing.T) {
 					written = append(written, g.pod)
 					setCount = setCount.and(classify(g, initKept, podLevelKept))
 				}
+				runningCount := setCount // the same, the entries of pods not running dropped
 				// Some nodes: an entry of a pod that no longer runs.
 				stale := r.IntN(8) == 0
 				if stale {
@@ -500,6 +501,25 @@ func TestAllocatedPodsShortfallMatchesKubelet(t *testing.T) {
 					// trial from the file as written.
 					if err := os.WriteFile(filepath.Join(dir, allocated.FileName), file, 0o600); err != nil {
 						t.Fatal(err)
+					}
+					// With the entries of the pods that do not run dropped
+					// (what the caller does with podcgroups), a Certain
+					// shortfall is one the kubelet has, and no shortfall is
+					// none where the file counts at least what it counts.
+					running := map[string]bool{}
+					for _, p := range apiPods {
+						running[string(p.UID)] = true
+					}
+					kept, _ := allocated.KeepRunning(cp.Pods, running)
+					resRunning := allocated.Shortfall(alloc, kept)
+					switch {
+					case resRunning.Fits() && len(rejected) > 0 && (runningCount == exact || runningCount == over):
+						t.Fatalf("set %d (%s): running pods only, Shortfall says they fit %v, the kubelet rejects %s", set, runningCount, alloc, describeRejections(rejected))
+					case slices.ContainsFunc(resRunning.Short, func(s allocated.Short) bool { return s.Certain }) && len(rejected) == 0:
+						t.Fatalf("set %d (%s): running pods only, Shortfall says %s, the kubelet admits every pod", set, runningCount, resRunning)
+					}
+					if stale {
+						total["running pods only: a stale entry dropped, verdict held"]++
 					}
 					// ubSafe: the file counts at least what the kubelet
 					// counts for every pod (Requests); lbSafe: every entry
