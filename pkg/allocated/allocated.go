@@ -53,7 +53,7 @@ var (
 )
 
 // notExist is ErrNotExist that also matches fs.ErrNotExist.
-type notExist struct{ err error }
+type notExist struct{}
 
 func (e notExist) Error() string { return ErrNotExist.Error() }
 func (e notExist) Is(target error) bool {
@@ -164,7 +164,8 @@ type Checkpoint struct {
 // featureGates (its configuration's and flags' gates). It refuses a file
 // that is not regular or larger than statefile.MaxSize, and never writes.
 // Errors wrap ErrGateOff, ErrNotExist, ErrCorrupt, ErrUnknownFormat,
-// ErrUnknownRelease or ErrTooLarge, and say the path and what to do.
+// ErrUnknownRelease, ErrTooLarge or statefile.ErrNotRegular, and say the
+// path and what to do.
 func Read(rootDir string, rel *kubeletversion.Release, featureGates map[string]bool) (*Checkpoint, error) {
 	path := filepath.Join(rootDir, FileName)
 	if rel == nil {
@@ -179,7 +180,7 @@ func Read(rootDir string, rel *kubeletversion.Release, featureGates map[string]b
 	b, err := statefile.Read(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("allocated: read %s: %w", path, notExist{err})
+		return nil, fmt.Errorf("allocated: read %s: %w", path, notExist{})
 	case err != nil:
 		return nil, fmt.Errorf("allocated: %w", err)
 	}

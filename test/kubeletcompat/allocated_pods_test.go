@@ -377,16 +377,16 @@ func TestAllocatedPodsReadMatchesKubelet(t *testing.T) {
 					if least := got.MinRequests(); !slices.Contains([]int{-1, 0}, cmpLists(least, kubelet)) {
 						t.Fatalf("set %d pod %s (%s): least requests from the file %v, more than PodRequests %v", set, uid, c, least, kubelet)
 					}
-					total["pods "+c.String()]++
+					total[c.String()]++
 					if cmp != 0 {
-						total["pods whose file count differs ("+c.String()+")"]++
+						total[c.String()+" differing"]++
 					}
 				}
 				total["pod sets"]++
 			}
 		})
 	}
-	t.Logf("casecount: allocated pods read: %d gate settings; %s", len(allocVariants()), countLine(total))
+	t.Logf("casecount: allocated pods read (pods by how the file counts vs PodRequests): %d gate settings; %s", len(allocVariants()), countLine(total))
 }
 
 func countLine(m map[string]int) string {
@@ -482,7 +482,7 @@ func TestAllocatedPodsShortfallMatchesKubelet(t *testing.T) {
 					apiPods[i] = p
 					if r.IntN(6) == 0 && p.Spec.Containers[0].Resources.Requests != nil {
 						p.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = *resource.NewMilliQuantity(int64(50*(1+r.IntN(40))), resource.DecimalSI)
-						total["pods with a pending resize"]++
+						total["pending resizes"]++
 					}
 				}
 				cp, err := allocated.Read(dir, rel, v.gates)
@@ -519,7 +519,7 @@ func TestAllocatedPodsShortfallMatchesKubelet(t *testing.T) {
 						t.Fatalf("set %d (%s): running pods only, Shortfall says %s, the kubelet admits every pod", set, runningCount, resRunning)
 					}
 					if stale {
-						total["running pods only: a stale entry dropped, verdict held"]++
+						total["stale entry dropped, verdict held"]++
 					}
 					// ubSafe: the file counts at least what the kubelet
 					// counts for every pod (Requests); lbSafe: every entry
@@ -531,21 +531,25 @@ func TestAllocatedPodsShortfallMatchesKubelet(t *testing.T) {
 					if stale {
 						key += ", stale entry"
 					}
+					total["trials"]++
+					if setCount == exact {
+						total["exact trials"]++
+					}
 					switch {
 					case res.Fits() && len(rejected) == 0:
-						total["fits, kubelet admits all ("+key+")"]++
+						total["fits+admitted"]++
 					case res.Fits():
 						// The kubelet rejects a pod Shortfall let through:
 						// only where the file may count less.
 						if ubSafe {
 							t.Fatalf("set %d (%s): Shortfall says the pods fit %v, the kubelet rejects %s", set, key, alloc, describeRejections(rejected))
 						}
-						total["fits, kubelet rejects ("+key+"): the file counts less"]++
+						total["fits+rejected (file counts less)"]++
 					case len(rejected) > 0:
 						if certain {
-							total["certain shortfall, kubelet rejects ("+key+")"]++
+							total["certain+rejected"]++
 						} else {
-							total["possible shortfall, kubelet rejects ("+key+")"]++
+							total["possible+rejected"]++
 						}
 						if ubSafe {
 							checkRejections(t, set, res, rejected)
@@ -555,16 +559,16 @@ func TestAllocatedPodsShortfallMatchesKubelet(t *testing.T) {
 							t.Fatalf("set %d (%s): Shortfall says %s, the kubelet admits every pod", set, key, res)
 						}
 						if certain {
-							total["certain shortfall, kubelet admits all ("+key+"): the file holds a pod that is not running"]++
+							total["certain+admitted (stale entry)"]++
 						} else {
-							total["possible shortfall, kubelet admits all ("+key+"): init containers counted in full"]++
+							total["possible+admitted"]++
 						}
 					}
 				}
 			}
 		})
 	}
-	t.Logf("casecount: allocated pods shortfall vs kubelet re-admission: %s", countLine(total))
+	t.Logf("casecount: allocated pods Shortfall vs kubelet re-admission (verdict+kubelet): %s", countLine(total))
 }
 
 // nearAllocatable is a new allocatable around the pods' total as the file
@@ -728,16 +732,16 @@ func TestAllocatedPodsCorruptMatchesKubelet(t *testing.T) {
 		}
 		switch {
 		case loadErr != nil:
-			return "refused by both"
+			return "corrupt"
 		case err == nil:
-			return "loaded by both"
+			return "read"
 		default:
-			return "loaded by the kubelet, unknown format"
+			return "unknown-format"
 		}
 	}
 	total := map[string]int{}
 	for _, c := range cases {
-		total["named: "+check(t, c.name, []byte(c.file), c.unknown)]++
+		total["named "+check(t, c.name, []byte(c.file), c.unknown)]++
 	}
 	for i := range 500 {
 		b := slices.Clone(good)
@@ -752,7 +756,7 @@ func TestAllocatedPodsCorruptMatchesKubelet(t *testing.T) {
 		}
 		// A random edit may add a field or make a known one unknown: the
 		// kubelet loading it with Read saying ErrUnknownFormat is allowed.
-		total["random: "+check(t, fmt.Sprintf("random edit %d", i), b, false)]++
+		total["random "+check(t, fmt.Sprintf("random edit %d", i), b, false)]++
 	}
 	t.Logf("casecount: allocated pods corrupt vs kubelet load: %d named, 500 random edits; %s", len(cases), countLine(total))
 }
