@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -362,6 +363,7 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 			Interval: o.RemedyInterval, Timeout: o.RemedyTimeout, DryRun: o.DryRun, AllowReadinessReset: o.AllowReadinessReset,
 			Kubelet: watch, Journal: record, WouldRefuse: wouldRefuse, Unit: unit,
 			Control: restarter, Node: obs, Snapshot: d.FS().Snapshot, MinMemoryDelta: o.minMemoryDelta,
+			CgroupFS: filepath.Join(o.SysfsRoot, "fs", "cgroup"),
 			GetNode: func(ctx context.Context) (*v1.Node, error) {
 				return client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 			},

@@ -2,7 +2,9 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +17,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"k8s.io/utils/dump"
+
+	"github.com/hotplugd/hotplugd/internal/checksum"
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
+	"github.com/hotplugd/hotplugd/pkg/allocated"
 	"github.com/hotplugd/hotplugd/pkg/journal"
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
 	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
@@ -1168,4 +1174,90 @@ func TestBalloonIsReportedNotRestarted(t *testing.T) {
 			t.Fatalf("attempt %+v", a[0])
 		}
 	})
+}
+
+// writeAllocated writes the kubelet's allocated_pods_state into dir: one
+// pod per cpu request, each with one container "app", uids in order.
+func writeAllocated(t *testing.T, dir string, cpus ...string) []string {
+	t.Helper()
+	var entries []string
+	var uids []string
+	for i, c := range cpus {
+		uid := fmt.Sprintf("%08d-aaaa-4000-8000-%012d", i+1, i+1)
+		uids = append(uids, uid)
+		entries = append(entries, fmt.Sprintf(`%q:{"ContainerResources":{"app":{"requests":{"cpu":%q}}},"PodLevelResources":null}`, uid, c))
+	}
+	data := `{"entries":{` + strings.Join(entries, ",") + `}}`
+	b, err := json.Marshal(map[string]any{"data": data, "checksum": checksum.Of(dump.ForHash(data))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, allocated.FileName), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return uids
+}
+
+// TestRestartThatWouldRejectPods (issue 19: re-admission): the machine
+// lost two CPUs (allocatable cpu 7 -> 5) and the pods that run request 6:
+// a restarted kubelet would reject some of them, so it is not restarted;
+// the NeedsDrain entry names the pods. The same machine with pods that fit
+// is restarted; a checkpoint that cannot be read while allocatable shrinks
+// withholds the restart; one the kubelet would refuse at its start is a
+// refusal.
+func TestRestartThatWouldRejectPods(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		cpus    []string // the pods' requests; nil: no checkpoint
+		corrupt bool
+		outcome remedy.Outcome
+		reason  string
+		message []string
+	}{
+		{"pods would be rejected", []string{"2", "2", "2"}, false, remedy.OutcomeNeedsPerson, nodepatch.ReasonNeedsDrain,
+			[]string{"cpu: pods request 6, the restarted kubelet would allow 5", "default/web-0", "drain the pods named"}},
+		{"pods fit", []string{"2", "2", "1"}, false, remedy.OutcomeRemediated, nodepatch.ReasonRemediated, nil},
+		{"no checkpoint, running pods unknown", nil, false, remedy.OutcomeWithheld, nodepatch.ReasonRestartWithheld,
+			[]string{"allocatable shrinks (cpu 7 -> 5)", "cannot tell whether the restart would reject running pods"}},
+		{"a checkpoint the kubelet refuses", []string{"1"}, true, remedy.OutcomeRefused, nodepatch.ReasonKubeletWouldRefuse,
+			[]string{"checkpoint is corrupted"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newRig(t, rigOptions{cpus: 6, prepare: func(r *rig) {
+					if tt.cpus == nil {
+						return
+					}
+					uids := writeAllocated(t, r.kubelet.f.StateDir, tt.cpus...)
+					if tt.corrupt {
+						p := filepath.Join(r.kubelet.f.StateDir, allocated.FileName)
+						b, _ := os.ReadFile(p)
+						os.WriteFile(p, []byte(strings.Replace(string(b), `\"1\"`, `\"9\"`, 1)), 0o600)
+					}
+					if err := os.MkdirAll(filepath.Join(r.podLogs, "default_web-0_"+uids[0]), 0o755); err != nil {
+						t.Fatal(err)
+					}
+				}})
+				after(3 * time.Second)
+				a := r.attempts(1)
+				if a[0].Outcome != tt.outcome {
+					t.Fatalf("attempt %+v, want %s", a[0], tt.outcome)
+				}
+				if tt.outcome != remedy.OutcomeRemediated {
+					if calls := r.supervisor.Calls(); len(calls) != 0 {
+						t.Errorf("supervisor calls %v", calls)
+					}
+				}
+				e := r.journal.Attempts()
+				if len(e) != 1 || e[0].Reason != tt.reason {
+					t.Fatalf("journal %+v, want %s", e, tt.reason)
+				}
+				for _, m := range tt.message {
+					if !strings.Contains(e[0].Message, m) {
+						t.Errorf("message %q does not say %q", e[0].Message, m)
+					}
+				}
+			})
+		})
+	}
 }

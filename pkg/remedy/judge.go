@@ -75,6 +75,17 @@ func (m *Remedier) judge(ctx context.Context, plan Plan, start time.Time) judgem
 		j.a = m.finish(m.needsPerson(j.a, next), start)
 		return j
 	}
+	switch r := m.readmission(facts, m.o.Node.State()); {
+	case r.refuse != nil:
+		j.a = m.finish(m.refused(j.a, r.refuse, next), start)
+		return j
+	case r.short != nil:
+		j.a = m.finish(m.wouldReject(j.a, r, next), start)
+		return j
+	case r.cannot != "":
+		j.a = m.finish(m.withheld(j.a, r.cannot, "drain the node's pods that request the shrinking resources and restart the kubelet yourself, or make the kubelet's root dir readable to hotplugd", next), start)
+		return j
+	}
 	if why, todo := m.withhold(ctx, facts, j.dry, snap); why != "" {
 		j.a = m.finish(m.withheld(j.a, why, todo, next), start)
 		return j

@@ -97,6 +97,10 @@ type Options struct {
 	// watched Node decides.
 	GetNode        func(ctx context.Context) (*v1.Node, error)
 	MinMemoryDelta resource.Quantity
+	// CgroupFS is the cgroup file system's mount point as hotplugd sees
+	// it (/sys/fs/cgroup; /host/sys/fs/cgroup in the DaemonSet): the pods
+	// that still run are the ones with a pod cgroup (pkg/podcgroups).
+	CgroupFS string
 
 	// Kubelet is the kubelet as discovered: its configuration, release,
 	// state directory, process and healthz.
