@@ -18,7 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/hotplugd/hotplugd/internal/daemontest"
 	"github.com/hotplugd/hotplugd/internal/machinetest"
+	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 )
 
 // readmitLabel marks the pods of TestReadmissionAfterShrink.
@@ -123,8 +125,77 @@ func TestReadmissionAfterShrink(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Run("restart script", func(t *testing.T) { testReadmission(t, s, m, img, sc, false) })
 			t.Run("Node current at re-admission", func(t *testing.T) { testReadmission(t, s, m, img, sc, true) })
+			t.Run("hotplugd", func(t *testing.T) { testReadmissionGuard(t, s, m, img, sc) })
 		})
 	}
+}
+
+// testReadmissionGuard is the same shrink under the same pods with
+// hotplugd's remedy on: it reads the requests from the kubelet's
+// allocated_pods_state and does not restart the kubelet, and its NeedsDrain
+// Event names the pods; every pod keeps running.
+func testReadmissionGuard(t *testing.T, s *suite, m *machinetest.Machine, img image, sc shrinkCase) {
+	k := startKubeletWith(t, s, kubeletSpec{})
+	c := s.api.Client()
+	ctx := context.Background()
+	before := getNode(t, s)
+	req := sc.requests(t, before)
+	var names []string
+	t.Cleanup(func() { deleteReadmitPods(t, s) }) // before the kubelet stops
+	for i := range readmitPods {
+		name := fmt.Sprintf("readmit-%d", i+1)
+		if _, err := c.CoreV1().Pods("default").Create(ctx, readmitPod(img, name, req), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	pods := waitReadmitPodsReady(t, s, k, names, 90*time.Second)
+	d := startHotplugd(t, s, k)
+	mark, t0 := d.Mark(), time.Now()
+	change, _, _ := sc.shrink(t, m, before)
+	e, ok := d.WaitForFrom(mark, time.Minute, func(e daemontest.Entry) bool {
+		return e.Msg == "remedy done" || e.Msg == "remedy failed"
+	})
+	if !ok {
+		t.Fatalf("no remedy attempt within 1 min of %s; log:\n%s", change, d.Dump())
+	}
+	if got := e.Str("outcome"); got != "needs_person" {
+		t.Fatalf("remedy outcome %s, want needs_person (a restart would reject pods): %s", got, e.RawLine)
+	}
+	took := time.Since(t0)
+	// The Event is sent after the log line (client-go's recorder is
+	// asynchronous): read until it is there, at most 10 s.
+	var drain *v1.Event
+	for end := time.Now().Add(10 * time.Second); drain == nil && time.Now().Before(end); time.Sleep(pollEvery) {
+		for _, ev := range nodeEvents(t, s, nodepatch.ReasonNeedsDrain) {
+			if ev.LastTimestamp.Time.After(t0.Add(-time.Second)) && strings.Contains(ev.Message, "the restarted kubelet would allow") {
+				drain = &ev
+			}
+		}
+	}
+	if drain == nil {
+		t.Fatalf("no NeedsDrain Event about the re-admission; hotplugd's log:\n%s", d.Dump())
+	}
+	for _, name := range names {
+		if !strings.Contains(drain.Message, "default/"+name) {
+			t.Errorf("the NeedsDrain Event does not name default/%s: %s", name, drain.Message)
+		}
+	}
+	if n := k.startsSince(t0); n != 0 {
+		t.Errorf("the kubelet was started %d times, want none", n)
+	}
+	for _, p := range pods {
+		now, err := c.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.Status.Phase != v1.PodRunning || now.Status.ContainerStatuses[0].ContainerID != p.Status.ContainerStatuses[0].ContainerID {
+			t.Errorf("%s: %s, container %s, want the same container running", p.Name, now.Status.Phase, now.Status.ContainerStatuses[0].ContainerID)
+		}
+	}
+	t.Logf("%s under %d pods requesting %s: no restart; NeedsDrain %s after the change: %s", change, readmitPods, requestsString(req), seconds(took), drain.Message)
+	results.add(result{scenario: "9 re-admission", side: "hotplugd", change: fmt.Sprintf("%s under %d pods requesting %s %s each", change, readmitPods, sc.resource, req.Name(sc.resource, resource.DecimalSI).String()),
+		correct: "-", restarts: k.startsSince(t0), writes: -1, note: "no restart; NeedsDrain naming " + strings.Join(names, ", ") + " after " + seconds(took)})
 }
 
 // readmitOutcome is what became of one pod through the restart.
