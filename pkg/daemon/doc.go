@@ -14,6 +14,6 @@
 //
 // Data flows one way: sources -> debounced trigger -> snapshot -> diff ->
 // report. It reads sysfs and procfs under configurable roots and writes
-// nothing on the host; acting on the Node and the kubelet comes in later
-// stages of the same loop.
+// nothing on the host; its hooks hand each snapshot to the control loop
+// (pkg/control), which decides what the Node and the kubelet get.
 package daemon
