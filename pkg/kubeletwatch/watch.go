@@ -420,7 +420,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C():
-			if !w.stillRunning(f) {
+			if !w.stillRunning(f) || versionUnknown(f) {
 				refresh()
 			}
 		case ev, ok := <-fw.Events:
@@ -438,6 +438,15 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.log.Warn("watching the kubelet's configuration failed; the poll still finds a new kubelet", zap.Error(err))
 		}
 	}
+}
+
+// versionUnknown reports whether a kubelet is known but its version could
+// not be found (the Node could not be read, the binary cannot be run): the
+// poll asks again, so that a passing API error is not a remedy lost for as
+// long as that kubelet runs. A version found but not known to hotplugd is
+// not asked again.
+func versionUnknown(f *Facts) bool {
+	return f != nil && f.Kubelet != nil && f.Version == (kubeletversion.Version{})
 }
 
 // stillRunning reports whether the kubelet process of f is still the one

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -239,5 +240,61 @@ func TestVersionOf(t *testing.T) {
 				t.Errorf("got %v, %q; want 1.%d", f.Release, f.Limit(), tt.wantMinor)
 			}
 		})
+	}
+}
+
+// TestVersionAskedAgain (issue 19, found in the node VM): a kubelet whose
+// version could not be found at discovery (the Node read timed out) is
+// asked again at the next poll, not left without a remedy for as long as
+// it runs; one whose version is found is not.
+func TestVersionAskedAgain(t *testing.T) {
+	proc := newFakeProc(t)
+	proc.process(100, time.Now(), "/usr/bin/kubelet")
+	var mu sync.Mutex
+	asks, fail := 0, true
+	node := func(context.Context) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		asks++
+		if fail {
+			return "", errors.New("client rate limiter Wait returned an error: context deadline exceeded")
+		}
+		return "v1.36.3", nil
+	}
+	clk := testingclock.NewFakeClock(time.Now())
+	const poll = 5 * time.Second
+	w := New(Options{ProcRoot: proc.root, RootDir: t.TempDir(), NodeVersion: node, Poll: poll, Log: zaptest.NewLogger(t), Clock: clk})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	f := waitFacts(t, w, clk, 0, func(f *Facts) bool { return f.Kubelet != nil })
+	if f.Release != nil || f.Remediable() || !strings.Contains(f.Limit(), "version is unknown") {
+		t.Fatalf("with the Node unreadable: %+v (limits %q)", f, f.Limit())
+	}
+	mu.Lock()
+	fail = false
+	mu.Unlock()
+	f = waitFacts(t, w, clk, poll, func(f *Facts) bool { return f.Release != nil })
+	if f.Release.Minor != 36 || !f.Remediable() {
+		t.Fatalf("after the Node came back: %+v (limits %q)", f, f.Limit())
+	}
+	mu.Lock()
+	before := asks
+	mu.Unlock()
+	for range 3 {
+		for !clk.HasWaiters() {
+			time.Sleep(time.Millisecond)
+		}
+		clk.Step(poll)
+	}
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if asks != before {
+		t.Errorf("the Node was asked %d more times once the version was known", asks-before)
 	}
 }
