@@ -69,15 +69,20 @@
 //     build, internal/faultpoint; the pod by what can be seen of it), and
 //     during the verification; after each, the kubelet active, its state
 //     files valid (hotplugd preflight --dry-run), at most one kubelet
-//     start. One trial per moment; $HOTPLUGD_NODE_FAULT_TRIALS more (make
-//     e2e-node-faults: 20);
+//     start, and the Node current within 2 minutes. hotplugd and preflight
+//     are told the kubelet's version here (--kubelet-version,
+//     HOTPLUGD_PREFLIGHT_ARGS): the scenario is about the kills, not the
+//     version's discovery (see faults_test.go). One trial per moment;
+//     TestNodeFaults runs scenario 10 alone on one boot with
+//     $HOTPLUGD_NODE_FAULT_TRIALS per moment (make e2e-node-faults: 20);
 //  11. readiness through a remedy (boot 1): a pod with a readiness probe
 //     (test/e2e/node/probed) behind a headless Service, its endpoint in the
 //     EndpointSlice of the host's controller manager; a drift remedied by
 //     hotplugd's unit with one kubelet restart; a watch of the Service's
 //     EndpointSlices from before the drift until after the remedy is
 //     verified sees the pod's endpoint ready in every event (kubelet 1.36
-//     keeps readiness through a restart).
+//     keeps readiness through a restart), and, as a control, its leaving
+//     when the pod is deleted.
 //
 // QEMU is killed by its PID and the temporary directories removed when the
 // test ends, also on failure and shortly before go test's -timeout.

@@ -118,9 +118,9 @@ type victim struct {
 	name string
 	// pid is shell that prints its PID ("" or 0: none).
 	pid string
-	// logs is shell that prints its log; follow, shell that follows it
-	// from its end (the pod's: its container's log file).
-	logs, follow string
+	// logs is shell that prints its log (the pod's: its container's log
+	// files).
+	logs string
 	// plans is shell that prints its last remedy plans and kubelet facts,
 	// for a failure message.
 	plans string
@@ -130,10 +130,9 @@ type victim struct {
 }
 
 var unitVictim = victim{
-	name:   "hotplugd.service",
-	pid:    `systemctl show -p MainPID --value hotplugd`,
-	logs:   `journalctl -u hotplugd -b -o cat --no-pager`,
-	follow: `journalctl -u hotplugd -f -n 0 -o cat`,
+	name: "hotplugd.service",
+	pid:  `systemctl show -p MainPID --value hotplugd`,
+	logs: `journalctl -u hotplugd -b -o cat --no-pager`,
 	plans: `journalctl -u hotplugd -b -n 400 -o json --output-fields=MESSAGE,HOTPLUG_PLAN,HOTPLUG_LIMITS --no-pager |
   grep -E '"MESSAGE":"(remedy plan|kubelet found[^"]*)"' | sed -E 's/"(__[A-Z_]+|_BOOT_ID)":"[^"]*",?//g' | tail -n 3`,
 	daemonPoints: true,
@@ -145,11 +144,10 @@ var unitVictim = victim{
 func podVictim(p *v1.Pod) victim {
 	dir := "/var/log/pods/" + p.Namespace + "_" + p.Name + "_" + string(p.UID) + "/" + p.Spec.Containers[0].Name
 	return victim{
-		name:   "the DaemonSet's pod",
-		pid:    `for d in /proc/[0-9]*; do a0=; read -r -d '' a0 a1 2>/dev/null < $d/cmdline; [ "$a0" = /hotplugd ] && echo ${d#/proc/}; done | head -1`,
-		logs:   "cat " + dir + "/*.log 2>/dev/null",
-		follow: "tail -n 0 -F $(ls -t " + dir + "/*.log | head -1)",
-		plans:  "cat " + dir + "/*.log 2>/dev/null | grep -E 'remedy plan|kubelet found' | tail -n 3",
+		name:  "the DaemonSet's pod",
+		pid:   `for d in /proc/[0-9]*; do a0=; read -r -d '' a0 a1 2>/dev/null < $d/cmdline; [ "$a0" = /hotplugd ] && echo ${d#/proc/}; done | head -1`,
+		logs:  "cat " + dir + "/*.log 2>/dev/null",
+		plans: "cat " + dir + "/*.log 2>/dev/null | grep -E 'remedy plan|kubelet found' | tail -n 3",
 	}
 }
 
@@ -486,7 +484,9 @@ sed -i '/^HOTPLUGD_FAULTPOINT/d' /etc/default/hotplugd`
 	case atJob:
 		wait = `until systemctl list-jobs --no-legend --no-pager 2>/dev/null | grep -q ' kubelet\.service '; do expired; sleep 0.05; done`
 	case atStale:
-		wait = `timeout 150 grep -m1 -q -F 'the kubelet reports stale capacity' <&4 || { echo "timeout=1"; exit 3; }`
+		// A new line since the count before the drift (a follow of the
+		// log started just before it missed the line under load).
+		wait = `until [ "$(count '` + staleLine + `')" -gt "$stale0" ]; do expired; sleep 0.05; done`
 	case atHealthz:
 		// The old kubelet's healthz goes away, the new one's answers.
 		wait = `while hz; do expired; sleep 0.05; done
@@ -494,7 +494,7 @@ until hz; do expired; sleep 0.05; done`
 	}
 	pre := ""
 	if m.trigger == atStale {
-		pre = "exec 4< <(exec " + vic.follow + " 2>/dev/null)\nsleep 0.5"
+		pre = "stale0=$(count '" + staleLine + "')"
 	}
 	return `set -u
 logs() { ` + vic.logs + `; }
@@ -518,6 +518,10 @@ echo "asked=$(( $(count "` + askedRestart + `") - asked0 ))"
 echo "done=$(( $(count 'remedy done') + $(count 'remedy failed') - done0 ))"
 `
 }
+
+// staleLine is what hotplugd logs when it finds the Node's capacity stale
+// (pkg/nodepatch), before any remedy.
+const staleLine = "the kubelet reports stale capacity"
 
 func parseKill(out string) map[string]string {
 	m := map[string]string{}
