@@ -46,17 +46,19 @@ e2e: deps kubebin node-image
 ## e2e-node: as root, only the systemd node VM: the five incidents on a Debian node with systemd, containerd and
 ## a kubeadm-laid-out kubelet, hotplugd installed as this README says; the restart withheld for staged changes and a
 ## masked unit, the kubelet's start without hotplugd's binary, a plain kubelet unit, SIGKILL at every moment of a
-## remedy (one trial per moment; make e2e-node-faults runs more)
+## remedy (one trial per moment; make e2e-node-faults runs more), a Service's ready pod through a remedy (its
+## EndpointSlice watched)
 e2e-node: deps kubebin node-image
 	$(E2E_ENV) $(GO) test -tags e2e -count=1 -v -timeout 40m ./test/e2e/node/
 
-## e2e-node-faults: as root, the systemd node VM with scenario 10 at $(FAULT_TRIALS) trials per moment (make e2e-node
-## runs one): hotplugd's unit and the DaemonSet's pod killed with SIGKILL before the kubelet restart is asked, while
-## systemd's restart job runs, while preflight repairs in the kubelet's start, and during the verification; each
-## trial checks the kubelet active, its state files valid and at most one restart (about 80 min for 20)
+## e2e-node-faults: as root, scenario 10 alone (TestNodeFaults: one boot of the node VM with 5 CPUs) at
+## $(FAULT_TRIALS) trials per moment (make e2e-node runs one): hotplugd's unit and the DaemonSet's pod killed with
+## SIGKILL before the kubelet restart is asked, while systemd's restart job runs, while preflight repairs in the
+## kubelet's start, and during the verification; each trial checks the kubelet active, its state files valid and at
+## most one restart
 FAULT_TRIALS ?= 20
 e2e-node-faults: deps kubebin node-image
-	$(E2E_ENV) HOTPLUGD_NODE_FAULT_TRIALS=$(FAULT_TRIALS) $(GO) test -tags e2e -count=1 -v -timeout 4h -run '^TestNode$$' ./test/e2e/node/
+	$(E2E_ENV) HOTPLUGD_NODE_FAULT_TRIALS=$(FAULT_TRIALS) $(GO) test -tags e2e -count=1 -v -timeout 4h -run '^TestNodeFaults$$' ./test/e2e/node/
 
 ## node-image: fetch QEMU and the kernel (hack/vm-assets.sh) and build the node VM's disk image
 ## (hack/node-image.sh), each once per machine and cached under ~/.cache/hotplugd/vm

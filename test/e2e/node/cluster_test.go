@@ -271,3 +271,25 @@ func pinnedPod(image string) *v1.Pod {
 		},
 	}
 }
+
+// forgetNode removes what an earlier test of this run left in the API
+// server for the node: its pinned pod (at once: no kubelet of that node
+// runs any more) and its Node, so that a new node VM joins as a new node.
+func forgetNode(t *testing.T) {
+	t.Helper()
+	c := api(t).Client()
+	ctx := context.Background()
+	now := int64(0)
+	if err := c.CoreV1().Pods("default").Delete(ctx, "pinned", metav1.DeleteOptions{GracePeriodSeconds: &now}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if err := c.CoreV1().Nodes().Delete(ctx, nodeName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if !waitFor(time.Minute, 200*time.Millisecond, func() bool {
+		_, perr := c.CoreV1().Pods("default").Get(ctx, "pinned", metav1.GetOptions{})
+		return apierrors.IsNotFound(perr) && getNode(t) == nil
+	}) {
+		t.Fatal("the pinned pod or the Node of an earlier test is still there a minute after its deletion")
+	}
+}

@@ -16,9 +16,11 @@
 // by QEMU per connection as a forwarder); the host reaches the guest's test
 // agent (test/e2e/node/agent) and kubelet API by hostfwd on 127.0.0.1.
 //
-// One node lives through five boots on one disk (a sparse copy of the
-// cached image). The seeds' incidents (1 to 4) run first with the kubelet
-// alone, then with hotplugd:
+// One node lives through four boots on one disk (a sparse copy of the
+// cached image): boot 1 (2 CPUs) for scenarios 6, 1, 5, 7, 8 and 11; boot
+// 2 (2 CPUs) for 4 alone; boot 3 (3 CPUs) for 3 alone; boot 4 (3 CPUs) for
+// 3 and 4 with hotplugd at once, then 2, 9 and 10. The seeds' incidents (1
+// to 4) run first with the kubelet alone, then with hotplugd:
 //
 //  1. memory hot-add while the kubelet runs (a pc-dimm through QMP): alone
 //     the Node keeps its memory; with hotplugd capacity and allocatable
@@ -33,7 +35,8 @@
 //     hotplugd's preflight in ExecStartPre it starts, the pod's assignment
 //     kept;
 //  4. hugepages set at boot by a unit ordered after the kubelet: the Node
-//     shows them with hotplugd, not without;
+//     shows them with hotplugd, not without (with hotplugd in the same
+//     boot as 3's);
 //  5. systemd: the STATUS line, the HOTPLUG_* journal fields, the watchdog
 //     (SIGSTOP), reload, and the hardening with nothing denied;
 //  6. the DaemonSet instead of the unit (first, in boot 1; the node's
@@ -56,18 +59,30 @@
 //  8. hotplugd's binary removed with the drop-in left (boot 1): `systemctl
 //     restart kubelet` starts the kubelet (the "-" prefix);
 //  9. a plain kubelet unit (ExecStart=/usr/bin/kubelet --config=...
-//     --cpu-manager-policy=static, kubeadm's drop-in masked; boot 5): the
+//     --cpu-manager-policy=static, kubeadm's drop-in masked; boot 4): the
 //     valid static state passes preflight and the kubelet starts; CPU 4
 //     offline is repaired by preflight in the start hotplugd asks for;
-//  10. SIGKILL during a remedy (boot 5): hotplugd's unit, then the
+//  10. SIGKILL during a remedy (boot 4): hotplugd's unit, then the
 //     DaemonSet's pod's process (the unit stopped: one hotplugd per node),
 //     killed before the restart is asked, while systemd's restart job runs,
 //     while preflight repairs (the fault points of a -tags faultinject
 //     build, internal/faultpoint; the pod by what can be seen of it), and
 //     during the verification; after each, the kubelet active, its state
 //     files valid (hotplugd preflight --dry-run), at most one kubelet
-//     start. One trial per moment; $HOTPLUGD_NODE_FAULT_TRIALS more (make
-//     e2e-node-faults: 20).
+//     start, and the Node current within 2 minutes. hotplugd and preflight
+//     are told the kubelet's version here (--kubelet-version,
+//     HOTPLUGD_PREFLIGHT_ARGS): the scenario is about the kills, not the
+//     version's discovery (see faults_test.go). One trial per moment;
+//     TestNodeFaults runs scenario 10 alone on one boot with
+//     $HOTPLUGD_NODE_FAULT_TRIALS per moment (make e2e-node-faults: 20);
+//  11. readiness through a remedy (boot 1): a pod with a readiness probe
+//     (test/e2e/node/probed) behind a headless Service, its endpoint in the
+//     EndpointSlice of the host's controller manager; a drift remedied by
+//     hotplugd's unit with one kubelet restart; a watch of the Service's
+//     EndpointSlices from before the drift until after the remedy is
+//     verified sees the pod's endpoint ready in every event (kubelet 1.36
+//     keeps readiness through a restart), and, as a control, its leaving
+//     when the pod is deleted.
 //
 // QEMU is killed by its PID and the temporary directories removed when the
 // test ends, also on failure and shortly before go test's -timeout.

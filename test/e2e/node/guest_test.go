@@ -27,14 +27,15 @@ import (
 
 // hostBuilds are what the host builds once for the guest: hotplugd (as
 // make build does), hotplugd with its fault points (-tags faultinject,
-// internal/faultpoint, for scenario 10), its image (make image) and the
-// pause and workload images.
+// internal/faultpoint, for scenario 10), its image (make image), the pause
+// and workload images, and the probed server's (scenario 11).
 type hostBuilds struct {
 	hotplugd      string
 	faulty        string
 	hotplugdImage testimage.Image
 	pause         testimage.Image
 	workload      testimage.Image
+	probed        testimage.Image
 }
 
 func buildForGuest(t *testing.T) hostBuilds {
@@ -63,10 +64,17 @@ func buildForGuest(t *testing.T) hostBuilds {
 	if b.workload, err = testimage.Package(repoRoot, dir, tool, "workload", testimage.WorkloadName); err != nil {
 		t.Fatal(err)
 	}
+	probed, err := testimage.GoBuild(repoRoot, filepath.Join(dir, "images"), "./test/e2e/node/probed", "probed", "-s -w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.probed, err = testimage.Build(tool, probed, probedImageName); err != nil {
+		t.Fatal(err)
+	}
 	if b.hotplugdImage, _, err = testimage.Make(repoRoot); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("built hotplugd, its image %s and the pause and workload images in %v", b.hotplugdImage.Digest, time.Since(start).Round(time.Millisecond))
+	t.Logf("built hotplugd, its image %s and the pause, workload and probed images in %v", b.hotplugdImage.Digest, time.Since(start).Round(time.Millisecond))
 	return b
 }
 
@@ -399,4 +407,13 @@ func (v *vm) waitLog(unit, mark string, timeout time.Duration, re *regexp.Regexp
 		return line != ""
 	})
 	return line, ok
+}
+
+// restartHotplugd restarts hotplugd's unit; a start that fails fails the
+// test with hotplugd's own words.
+func (v *vm) restartHotplugd() {
+	v.t.Helper()
+	if r := v.exec("systemctl", "restart", "hotplugd"); r.Code != 0 {
+		v.t.Fatalf("systemctl restart hotplugd: %s\nhotplugd:\n%s", r, v.journal("hotplugd", 40))
+	}
 }

@@ -171,6 +171,9 @@ type node struct {
 	dir    string
 	disk   string
 	boots  int
+	// kubeletVersion is the node's /usr/bin/kubelet's version, asked once
+	// (kubeletVersion).
+	kubeletVersion string
 }
 
 // newNode copies the node image (the disk sparse, the kernel and the

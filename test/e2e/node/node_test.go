@@ -95,14 +95,14 @@ func hugepagesAre(b int64) func(*v1.Node) bool {
 // per moment, make e2e-node-faults).
 func TestNode(t *testing.T) {
 	a := findAssets(t)
-	api(t)
+	forgetNode(t)
 	builds := buildForGuest(t)
 	n := newNode(t, a)
 
 	// Boot 1, 2 CPUs: join, the pinned pod, the DaemonSet, hotplugd
 	// installed.
 	v := n.boot(t, 2)
-	v.importImages(builds.pause, builds.workload)
+	v.importImages(builds.pause, builds.workload, builds.probed)
 	v.provisionPreflight(builds.hotplugd)
 	t.Logf("kubelet enabled -> Node Ready: %v", v.join().Round(time.Millisecond))
 	pinned := v.runPinned(builds.workload.Ref())
@@ -115,25 +115,27 @@ func TestNode(t *testing.T) {
 	v.setHotplugdArgs(guestHotplugdArgs)
 	v.put("/etc/systemd/system/hotplugd.service.d/online-cpus.conf", []byte(onlineCPUsDropIn), 0o644)
 	v.run("systemctl", "daemon-reload")
-	v.run("systemctl", "restart", "hotplugd")
+	v.restartHotplugd()
 
 	var fields string
 	t.Run("1 memory hot-add", func(t *testing.T) { fields = memoryHotAdd(t, v.on(t)) })
 	t.Run("5 systemd", func(t *testing.T) { systemdIntegration(t, v.on(t), fields) })
 	t.Run("7 restart withheld", func(t *testing.T) { restartWithheld(t, v.on(t)) })
 	t.Run("8 hotplugd binary removed", func(t *testing.T) { binaryRemoved(t, v.on(t)) })
+	t.Run("11 readiness through a remedy", func(t *testing.T) { readinessThroughRemedy(t, v.on(t), builds.probed) })
 
-	// Boots 2 and 3, 2 CPUs: hugepages set after the kubelet.
+	// Boot 2, 2 CPUs: hugepages set after the kubelet, the kubelet alone.
+	// Boot 3, 3 CPUs: the CPU upgrade, the kubelet alone. Boot 4, 3 CPUs:
+	// both incidents at once with hotplugd (one boot for the two: preflight
+	// repairs the CPU state in the kubelet's first start, the hugepages
+	// come after it); then CPU hot-add.
 	v.put("/etc/systemd/system/e2e-hugepages.service", []byte(hugepagesUnit), 0o644)
 	v.run("systemctl", "enable", "e2e-hugepages.service")
 	v.hotplugdOff()
 	v.powerOff()
-	t.Run("4 hugepages at boot", func(t *testing.T) { hugepagesAtBoot(t, n) })
-
-	// Boots 4 and 5, 3 CPUs: the CPU upgrade; then CPU hot-add.
-	t.Run("3 CPU upgrade reboot", func(t *testing.T) {
-		v = cpuUpgrade(t, n, pinned)
-	})
+	t.Run("4 hugepages at boot, kubelet alone", func(t *testing.T) { hugepagesAlone(t, n) })
+	t.Run("3 CPU upgrade reboot, kubelet alone", func(t *testing.T) { cpuUpgradeAlone(t, n) })
+	t.Run("3 and 4 at boot with hotplugd", func(t *testing.T) { v = atBootWithHotplugd(t, n, pinned) })
 	if v.cpus != 3 {
 		t.Fatal("no node VM after the CPU upgrade")
 	}
@@ -142,7 +144,7 @@ func TestNode(t *testing.T) {
 	// report its Node, and a restart never asked for 20 s (faultArgs):
 	// speed only.
 	v.setHotplugdArgs(guestHotplugdArgs + " " + strings.Join(faultArgs, " "))
-	v.run("systemctl", "restart", "hotplugd")
+	v.restartHotplugd()
 	t.Run("9 plain kubelet unit", func(t *testing.T) { plainKubeletUnit(t, v.on(t)) })
 	t.Run("10 SIGKILL during a remedy", func(t *testing.T) { killDuringRemedy(t, v.on(t), builds) })
 }
@@ -290,11 +292,11 @@ func systemdIntegration(t *testing.T, v *vm, fields string) {
 		note: "no denied call or path in the journal this boot; " + exposure})
 }
 
-// hugepagesAtBoot is scenario 4: hugepages set at boot by a unit ordered
-// after the kubelet. The node comes in with the unit enabled and hotplugd
-// off.
-func hugepagesAtBoot(t *testing.T, n *node) {
-	// Alone.
+// hugepagesAlone is scenario 4 with the kubelet alone: hugepages set at
+// boot by a unit ordered after the kubelet. The node comes in with the unit
+// enabled and hotplugd off, and leaves with both off (the next boot's
+// kubelet fails: the unit would wait for it).
+func hugepagesAlone(t *testing.T, n *node) {
 	v := n.boot(t, 2)
 	v.waitReady(v.start)
 	if !waitFor(readyTimeout, time.Second, func() bool {
@@ -312,17 +314,7 @@ func hugepagesAtBoot(t *testing.T, n *node) {
 	addResult(result{scenario: "4 hugepages at boot", side: "kubelet alone", change: "boot; a unit After=kubelet.service sets 32 x 2Mi",
 		correct: fmt.Sprintf("never (%v watched after the unit)", watch), restarts: v.startsThisBoot() - 1, writes: -1,
 		note: "hugepages-2Mi " + qty(getNode(t).Status.Capacity, "hugepages-2Mi").String()})
-	v.hotplugdOn()
-	v.powerOff()
-
-	// With hotplugd.
-	v = n.boot(t, 2)
-	d := waitNode(t, v.start, stepTimeout+readyTimeout, "64Mi of 2Mi hugepages", hugepagesAre(64<<20))
-	addResult(result{scenario: "4 hugepages at boot", side: "hotplugd", change: "boot; a unit After=kubelet.service sets 32 x 2Mi",
-		correct: seconds(d) + " (from QEMU's start)", restarts: v.startsThisBoot() - 1, writes: v.hotplugdMetric("hotplugd_node_writes_total"),
-		note: "hugepages-2Mi " + qty(getNode(t).Status.Capacity, "hugepages-2Mi").String() + "; " + remedyLine(v)})
 	v.run("systemctl", "disable", "e2e-hugepages.service")
-	v.hotplugdOff()
 	v.powerOff()
 }
 
@@ -344,11 +336,11 @@ func (v *vm) startsThisBoot() int {
 	return strings.Count(out, "\n")
 }
 
-// cpuUpgrade is scenario 3: the VM powered off and started with 3 CPUs
-// instead of 2, the pinned pod's assignment in the state file. It returns
-// the running VM of the boot with hotplugd.
-func cpuUpgrade(t *testing.T, n *node, before podState) *vm {
-	// Alone (hotplugd off since scenario 4).
+// cpuUpgradeAlone is scenario 3 with the kubelet alone: the VM powered
+// off and started with 3 CPUs instead of 2, the pinned pod's assignment in
+// the state file. It leaves the node with hotplugd on and the hugepages
+// unit enabled, for atBootWithHotplugd.
+func cpuUpgradeAlone(t *testing.T, n *node) {
 	v := n.boot(t, 3)
 	line, ok := v.waitLog("kubelet", "", readyTimeout, cpuStateError)
 	if !ok {
@@ -360,11 +352,28 @@ func cpuUpgrade(t *testing.T, n *node, before podState) *vm {
 		correct: "never: the kubelet exits " + seconds(failed) + " after QEMU's start", restarts: v.startsThisBoot() - 1, writes: -1,
 		note: fmt.Sprintf("%s; systemd restarts it every 10 s (NRestarts %s)", strings.ReplaceAll(line, `\"`, `"`), nrestarts)})
 	v.hotplugdOn()
+	v.run("systemctl", "enable", "e2e-hugepages.service")
 	v.powerOff()
+}
 
-	// With hotplugd's preflight.
-	v = n.boot(t, 3)
-	d := waitNode(t, v.start, readyTimeout+stepTimeout, "3 CPUs", func(n *v1.Node) bool { return cpusAre(3)(n) && nodeReady(n, v.start) })
+// atBootWithHotplugd is scenarios 3 and 4 with hotplugd, in one boot with
+// 3 CPUs (was 2) and the hugepages unit: hotplugd's preflight in the
+// kubelet's ExecStartPre repairs cpu_manager_state in its first start, the
+// pinned pod's assignment kept, and the hugepages the unit sets after the
+// kubelet are shown through hotplugd's restart. It returns the running VM.
+func atBootWithHotplugd(t *testing.T, n *node, before podState) *vm {
+	v := n.boot(t, 3)
+	// The kubelet comes up with 3 CPUs; the hugepages come after it (the
+	// unit waits for its healthz): the CPUs are shown first.
+	d3 := waitNode(t, v.start, readyTimeout+stepTimeout, "3 CPUs", func(n *v1.Node) bool { return cpusAre(3)(n) && nodeReady(n, v.start) })
+	starts3 := v.startsThisBoot() - 1
+	d4 := waitNode(t, v.start, stepTimeout+readyTimeout, "64Mi of 2Mi hugepages", hugepagesAre(64<<20))
+	// hotplugd's remedy ends (its verification) before the next scenario
+	// stops hotplugd.
+	var j remedyJournal
+	if !waitFor(stepTimeout, 200*time.Millisecond, func() bool { j = v.remedyJournal(); return j.Underway == nil }) {
+		t.Errorf("hotplugd's remedy is still under way %v after the Node showed the hugepages: %+v", stepTimeout, *j.Underway)
+	}
 	after := v.on(t).waitPinnedRunning()
 	if after.UID != before.UID || after.Assigned != "1" || after.Cpuset != "1" {
 		t.Errorf("pinned pod before %s, after %s: want the same pod on CPU 1", before, after)
@@ -376,9 +385,14 @@ func cpuUpgrade(t *testing.T, n *node, before podState) *vm {
 		t.Errorf("preflight's first report this boot is not a repair of cpu_manager_state:\n%s\nkubelet:\n%s", pre, v.journal("kubelet", 60))
 	}
 	state := v.on(t).cpuState()
+	writes := v.hotplugdMetric("hotplugd_node_writes_total")
 	addResult(result{scenario: "3 CPU upgrade reboot", side: "hotplugd", change: "power off, boot with 3 CPUs (was 2)",
-		correct: seconds(d) + " (from QEMU's start)", restarts: v.startsThisBoot() - 1, writes: v.hotplugdMetric("hotplugd_node_writes_total"),
-		note: fmt.Sprintf("preflight in ExecStartPre: %s; defaultCpuSet %s; pinned: %s", firstLine(pre), state.DefaultCPUSet, after)})
+		correct: seconds(d3) + " (from QEMU's start)", restarts: starts3, writes: writes,
+		note: fmt.Sprintf("preflight in ExecStartPre: %s; defaultCpuSet %s; pinned: %s; the same boot as scenario 4's with hotplugd (writes of both)", firstLine(pre), state.DefaultCPUSet, after)})
+	addResult(result{scenario: "4 hugepages at boot", side: "hotplugd", change: "boot; a unit After=kubelet.service sets 32 x 2Mi",
+		correct: seconds(d4) + " (from QEMU's start)", restarts: v.startsThisBoot() - 1, writes: writes,
+		note: "hugepages-2Mi " + qty(getNode(t).Status.Capacity, "hugepages-2Mi").String() + "; " + remedyLine(v) + "; the same boot as scenario 3's with hotplugd (3 CPUs, was 2)"})
+	v.run("systemctl", "disable", "e2e-hugepages.service")
 	return v
 }
 
