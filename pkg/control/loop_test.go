@@ -1161,7 +1161,13 @@ func TestFailedAttemptSurvivesRestarts(t *testing.T) {
 // same drift is a hot-remove, and remedied.
 func TestBalloonIsReportedNotRestarted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, rigOptions{prepare: func(r *rig) { r.node.report = reportMoreMemory }})
+		r := newRig(t, rigOptions{prepare: func(r *rig) {
+			r.node.report = reportMoreMemory
+			// The kubelet's checkpoint: one pod, which fits what is left
+			// (a hot-remove shrinks allocatable, so the re-admission is
+			// judged).
+			writeAllocated(t, r.kubelet.f.StateDir, "1")
+		}})
 		after(time.Hour)
 		r.attempts(0)
 		if calls := r.supervisor.Calls(); len(calls) != 0 {
