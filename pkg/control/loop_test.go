@@ -1223,7 +1223,8 @@ func TestRestartThatWouldRejectPods(t *testing.T) {
 		{"pods would be rejected", []string{"2", "2", "2"}, false, remedy.OutcomeNeedsPerson, nodepatch.ReasonNeedsDrain,
 			[]string{"cpu: pods request 6, the restarted kubelet would allow 5", "default/web-0", "drain the pods named"}},
 		{"pods fit", []string{"2", "2", "1"}, false, remedy.OutcomeRemediated, nodepatch.ReasonRemediated, nil},
-		{"no checkpoint, running pods unknown", nil, false, remedy.OutcomeWithheld, nodepatch.ReasonRestartWithheld,
+		{"no checkpoint: no pod admitted", nil, false, remedy.OutcomeRemediated, nodepatch.ReasonRemediated, nil},
+		{"a checkpoint that cannot be read, running pods unknown", []string{}, false, remedy.OutcomeWithheld, nodepatch.ReasonRestartWithheld,
 			[]string{"allocatable shrinks (cpu 7 -> 5)", "cannot tell whether the restart would reject running pods"}},
 		{"a checkpoint the kubelet refuses", []string{"1"}, true, remedy.OutcomeRefused, nodepatch.ReasonKubeletWouldRefuse,
 			[]string{"checkpoint is corrupted"}},
@@ -1232,6 +1233,12 @@ func TestRestartThatWouldRejectPods(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := newRig(t, rigOptions{cpus: 6, prepare: func(r *rig) {
 					if tt.cpus == nil {
+						return
+					}
+					if len(tt.cpus) == 0 { // not a regular file: unreadable
+						if err := os.Mkdir(filepath.Join(r.kubelet.f.StateDir, allocated.FileName), 0o755); err != nil {
+							t.Fatal(err)
+						}
 						return
 					}
 					uids := writeAllocated(t, r.kubelet.f.StateDir, tt.cpus...)
