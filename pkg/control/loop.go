@@ -112,35 +112,33 @@ func New(o Options) (*Loop, error) {
 // for the start or a resync): the settle time starts again. It never
 // blocks.
 func (l *Loop) Snapshot(s *topology.Snapshot, activity time.Time) {
-	l.mu.Lock()
-	l.snapshot = s
-	if activity.After(l.lastActivity) {
-		l.lastActivity = activity
-	}
-	l.mu.Unlock()
-	l.wake()
+	l.post(func() {
+		l.snapshot = s
+		later(&l.lastActivity, activity)
+	})
 }
 
 // MemoryDown records a memory block's offline or remove uevent at t: a
 // memory capacity decrease after it is a hot-remove, one without it is
 // reported only. It never blocks.
-func (l *Loop) MemoryDown(t time.Time) {
+func (l *Loop) MemoryDown(t time.Time) { l.post(func() { later(&l.lastMemoryDown, t) }) }
+
+// Activity records an event on the machine at t with no new snapshot.
+func (l *Loop) Activity(t time.Time) { l.post(func() { later(&l.lastActivity, t) }) }
+
+// post changes the mailbox with f and wakes the loop.
+func (l *Loop) post(f func()) {
 	l.mu.Lock()
-	if t.After(l.lastMemoryDown) {
-		l.lastMemoryDown = t
-	}
+	f()
 	l.mu.Unlock()
 	l.wake()
 }
 
-// Activity records an event on the machine at t with no new snapshot.
-func (l *Loop) Activity(t time.Time) {
-	l.mu.Lock()
-	if t.After(l.lastActivity) {
-		l.lastActivity = t
+// later sets *dst to t when t is later.
+func later(dst *time.Time, t time.Time) {
+	if t.After(*dst) {
+		*dst = t
 	}
-	l.mu.Unlock()
-	l.wake()
 }
 
 // Plan is the last plan decided.
