@@ -35,6 +35,10 @@ type preflightOptions struct {
 	KubeletBinary string
 	// KubeletVersion states the version instead.
 	KubeletVersion string
+	// VersionCache is the file that keeps the kubelet binary's version with
+	// the binary's identity, so that a start of the same binary does not
+	// run it.
+	VersionCache string
 	// KubeletUnit is the kubelet's systemd unit, whose ExecStart (with its
 	// environment as systemd would give it now) is the kubelet's command
 	// line when none is given after "--".
@@ -55,6 +59,7 @@ func (o *preflightOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&o.Output, "output", "o", "text", "report format: text or json")
 	fs.StringVar(&o.KubeletBinary, "kubelet-binary", "", "the kubelet that is about to start; its --version decides the rules (state-file layouts, feature gates) hotplugd applies (default: the path before the kubelet's arguments when it is a kubelet, else "+defaultKubeletBinary+", else kubelet on PATH)")
 	fs.StringVar(&o.KubeletUnit, "kubelet-unit", "", "the kubelet's systemd unit (the drop-in passes %n): read its command line from systemd over D-Bus, ExecStart with the unit's environment and environment files expanded as systemd expands them, whatever the unit's layout; the kubelet's arguments after -- win when given. When it cannot be read: a warning, checking nothing, changing nothing")
+	fs.StringVar(&o.VersionCache, "version-cache", "", "a file that keeps the version --kubelet-binary printed, with the binary's device, inode, size, modification and change times: a later start of the very same file takes the version from it instead of running the binary, so the kubelet's start does not wait on its --version (the drop-in sets /var/lib/hotplugd/kubelet-version.json). Another file, or none: the binary is run")
 	fs.StringVar(&o.KubeletVersion, "kubelet-version", "", "the kubelet's version (vX.Y.Z) instead of running --kubelet-binary. A kubelet hotplugd does not know (not 1.34 to 1.37, a pre-release) or none found: the files are left untouched with a warning, exit 0")
 }
 
@@ -97,8 +102,9 @@ func (o *preflightOptions) kubeletArgs(rest []string) []string {
 
 // kubeletRelease finds the version of the kubelet about to start and its
 // release row. The row is nil when the version is unknown; warning then says
-// why, for stderr.
-func (o *preflightOptions) kubeletRelease(ctx context.Context) (v kubeletversion.Version, rel *kubeletversion.Release, warning string) {
+// why, for stderr. cacheWarning says why --version-cache was not used or
+// kept (the version then comes from running the binary, as without it).
+func (o *preflightOptions) kubeletRelease(ctx context.Context) (v kubeletversion.Version, rel *kubeletversion.Release, warning, cacheWarning string) {
 	if o.KubeletVersion != "" {
 		v = kubeletversion.MustParse(o.KubeletVersion)
 	} else {
@@ -109,20 +115,22 @@ func (o *preflightOptions) kubeletRelease(ctx context.Context) (v kubeletversion
 				if p, err := exec.LookPath("kubelet"); err == nil {
 					bin = p
 				} else {
-					return v, nil, "no kubelet binary at " + defaultKubeletBinary + " or on PATH to ask its version: give --kubelet-binary or --kubelet-version"
+					return v, nil, "no kubelet binary at " + defaultKubeletBinary + " or on PATH to ask its version: give --kubelet-binary or --kubelet-version", ""
 				}
 			}
 		}
-		var err error
-		if v, err = kubeletversion.FromBinary(ctx, bin); err != nil {
-			return v, nil, fmt.Sprintf("cannot tell the kubelet's version: %v", err)
+		c, err := kubeletversion.FromBinaryCached(ctx, bin, o.VersionCache)
+		cacheWarning = c.Warning
+		if err != nil {
+			return v, nil, fmt.Sprintf("cannot tell the kubelet's version: %v", err), cacheWarning
 		}
+		v = c.Version
 	}
 	rel, err := kubeletversion.Lookup(v)
 	if err != nil {
-		return v, nil, err.Error()
+		return v, nil, err.Error(), cacheWarning
 	}
-	return v, rel, ""
+	return v, rel, "", cacheWarning
 }
 
 const preflightUsage = `Usage: hotplugd preflight [flags] [-- <the kubelet's arguments>]
@@ -149,7 +157,9 @@ missing binary of preflight keeps the kubelet from starting; the kubelet is
 the only judge, and preflight's report stands just above its words in
 journalctl -u kubelet. Run by a person, the exit status says what it found. The
 kubelet's version (--kubelet-binary's --version, or --kubelet-version)
-decides the rules: hotplugd knows kubelet 1.34 to 1.37.
+decides the rules: hotplugd knows kubelet 1.34 to 1.37. With --version-cache
+(the drop-in's), a binary already asked is not run again: a restart does not
+wait on the kubelet's --version.
 
 Flags:
 %s`
@@ -198,7 +208,10 @@ func runPreflight(args []string, stdout, stderr io.Writer) (code int) {
 		warnf(stderr, "cannot read the machine: %v: checking nothing, changing nothing", err)
 		return 0
 	}
-	v, rel, warning := o.kubeletRelease(context.Background())
+	v, rel, warning, cacheWarning := o.kubeletRelease(context.Background())
+	if cacheWarning != "" {
+		warnf(stderr, "%s", cacheWarning)
+	}
 	if warning != "" {
 		warnf(stderr, "%s: checking nothing, changing nothing", warning)
 	}

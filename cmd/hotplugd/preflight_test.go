@@ -265,3 +265,36 @@ func TestPreflightUnitUnreadable(t *testing.T) {
 		t.Error("state file changed")
 	}
 }
+
+// TestPreflightVersionCache: with --version-cache, the kubelet's start runs
+// its binary once; the next start of the same binary takes the version from
+// the cache and judges by it, and a cache it cannot write is a warning.
+func TestPreflightVersionCache(t *testing.T) {
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs")
+	bin := filepath.Join(dir, "kubelet")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho run >> "+runs+"\necho 'Kubernetes v1.36.3'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(dir, "hotplugd", "kubelet-version.json")
+	for i := range 3 {
+		args, path, old := preflightEnv(t, 4)
+		args = slices.DeleteFunc(args, func(a string) bool { return a == "--kubelet-version" || a == "v1.36.3" })
+		code, out, stderr := runCmd(append(args, "--kubelet-binary", bin, "--version-cache", cache)...)
+		if code != 2 || !strings.Contains(out, "what to do: drain the node") || stderr != "" {
+			t.Errorf("start %d: exit %d (want 2, judged as 1.36); stdout:\n%s\nstderr:\n%s", i+1, code, out, stderr)
+		}
+		if now, _ := os.ReadFile(path); string(now) != string(old) {
+			t.Error("the file changed")
+		}
+		if b, _ := os.ReadFile(runs); string(b) != "run\n" {
+			t.Fatalf("after start %d the binary ran %d times, want once", i+1, strings.Count(string(b), "run"))
+		}
+	}
+	args, _, _ := preflightEnv(t, 16)
+	args = slices.DeleteFunc(args, func(a string) bool { return a == "--kubelet-version" || a == "v1.36.3" })
+	code, out, stderr := runCmd(append(args, "--kubelet-binary", bin, "--version-cache", filepath.Join(runs, "not-a-dir"))...)
+	if code != 0 || !strings.Contains(out, "cpu_manager_state: repaired") || !strings.Contains(stderr, "cannot be written") {
+		t.Errorf("unwritable cache: exit %d; stdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+}

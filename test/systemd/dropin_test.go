@@ -56,7 +56,7 @@ func TestDropinNeverBlocks(t *testing.T) {
 			envFiles = append(envFiles, line)
 		}
 	}
-	want := "ExecStartPre=-" + installedAt + " preflight --kubelet-unit=%n $HOTPLUGD_PREFLIGHT_ARGS"
+	want := "ExecStartPre=-" + installedAt + " preflight --kubelet-unit=%n --version-cache=/var/lib/hotplugd/kubelet-version.json $HOTPLUGD_PREFLIGHT_ARGS"
 	if len(pre) != 1 || pre[0] != want {
 		t.Errorf("ExecStartPre lines %q, want exactly %q", pre, want)
 	}
