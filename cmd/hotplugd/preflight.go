@@ -45,6 +45,11 @@ type preflightOptions struct {
 	KubeletUnit string
 }
 
+// versionCacheName is the version cache's name in the state directory, as
+// the drop-in's --version-cache gives it (/var/lib/hotplugd/...): the
+// daemon reads it there.
+const versionCacheName = "kubelet-version.json"
+
 // defaultKubeletBinary is where distributions' packages put the kubelet.
 const defaultKubeletBinary = "/usr/bin/kubelet"
 

@@ -95,7 +95,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 10, "request burst to the API server")
 	fs.StringVar(&o.KubeletConfig, "kubelet-config", "", "the kubelet's KubeletConfiguration file (default: found from the running kubelet's command line, with the flags that override it)")
 	fs.StringVar(&o.KubeletRootDir, "kubelet-root-dir", "", "the kubelet's --root-dir, where its state files are (default: the running kubelet's, else /var/lib/kubelet)")
-	fs.StringVar(&o.KubeletVersion, "kubelet-version", "", "the kubelet's version (vX.Y.Z), which decides the rules hotplugd predicts and repairs by (default: the running kubelet's binary's --version, else its Node's status.nodeInfo.kubeletVersion). A kubelet hotplugd does not know (not 1.34 to 1.37, a pre-release): capacity only, report only")
+	fs.StringVar(&o.KubeletVersion, "kubelet-version", "", "the kubelet's version (vX.Y.Z), which decides the rules hotplugd predicts and repairs by (default: the running kubelet's binary's --version, else that binary's answer as hotplugd preflight cached it in --state-dir at the kubelet's start, else its Node's status.nodeInfo.kubeletVersion). A kubelet hotplugd does not know (not 1.34 to 1.37, a pre-release): capacity only, report only")
 	fs.StringVar(&o.MinMemoryDelta, "min-memory-delta", "100Mi", "smallest memory difference that is drift; smaller ones (balloon drivers, kernel reservations) are logged only")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "log what would be written to the Node and what the remedy would do; change nothing")
 
@@ -107,7 +107,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RemedyTimeout, "remedy-timeout", time.Minute, "how long a restarted kubelet has to run as a new process, answer its healthz and show the new capacity before the remedy is called failed (the kubelet is left to its supervisor)")
 	fs.StringVar(&o.KubeletUnit, "kubelet-unit", kubeletctl.DefaultUnit, "the kubelet's systemd unit, restarted over D-Bus (RestartUnit: systemd owns the restart, and the unit's ExecStartPre runs hotplugd preflight)")
 	fs.StringVar(&o.KubeletRestartCommand, "kubelet-restart-command", "", "shell command that restarts the kubelet through its supervisor, for hosts without systemd (replaces --kubelet-unit); it runs detached, to its end, whatever becomes of hotplugd, and the kubelet's start must run `hotplugd preflight` first, as the systemd drop-in does")
-	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/hotplugd", "where hotplugd keeps its remedy journal (remedy.json: the restart under way, verified by the next hotplugd after a crash, and the attempts made, not repeated across restarts) and its lock (one hotplugd per node)")
+	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/hotplugd", "where hotplugd keeps its remedy journal (remedy.json: the restart under way, verified by the next hotplugd after a crash, and the attempts made, not repeated across restarts) and its lock (one hotplugd per node), and where it reads the kubelet binary's version as hotplugd preflight cached it at the kubelet's start ("+versionCacheName+", the drop-in's --version-cache)")
 	fs.DurationVar(&o.KubeletGrace, "kubelet-grace", 20*time.Second, "how long a kubelet that has just started (restarted by anyone) has to report its Node before a difference counts as drift")
 	fs.DurationVar(&o.KubeletPoll, "kubelet-poll", 5*time.Second, "how often hotplugd checks that the kubelet it knows still runs, or looks for one (its configuration files are watched with inotify)")
 }
@@ -321,6 +321,7 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 	}
 	watch := kubeletwatch.New(kubeletwatch.Options{
 		ProcRoot: o.ProcfsRoot, Args: o.kubeletArgs(), RootDir: o.KubeletRootDir, Version: o.KubeletVersion,
+		VersionCache: filepath.Join(o.StateDir, versionCacheName),
 		NodeVersion: func(ctx context.Context) (string, error) {
 			n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 			if err != nil {

@@ -78,19 +78,12 @@ func FromBinaryCached(ctx context.Context, path, cacheFile string) (Cached, erro
 	if err != nil {
 		return c, fmt.Errorf("kubeletversion: %w", err)
 	}
-	if b, err := os.ReadFile(cacheFile); err == nil {
-		var e cacheEntry
-		switch err := json.Unmarshal(b, &e); {
-		case err != nil:
-			c.Warning = fmt.Sprintf("the version cache %s is not readable JSON (%v): replaced by the binary's own answer", cacheFile, err)
-		case e.Binary == before:
-			if v, err := Parse(e.Version); err == nil {
-				return Cached{Version: v, Hit: true}, nil
-			}
-			c.Warning = fmt.Sprintf("the version cache %s holds %q, not a version: replaced by the binary's own answer", cacheFile, e.Version)
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		c.Warning = fmt.Sprintf("the version cache %s cannot be read (%v)", cacheFile, err)
+	v, ok, err := fromCache(before, cacheFile)
+	if ok {
+		return Cached{Version: v, Hit: true}, nil
+	}
+	if err != nil {
+		c.Warning = err.Error() + ": replaced by the binary's own answer"
 	}
 	c.Version, err = FromBinary(ctx, path)
 	if err != nil {
@@ -111,6 +104,40 @@ func FromBinaryCached(ctx context.Context, path, cacheFile string) (Cached, erro
 		c.Warning = join(c.Warning, fmt.Sprintf("the version cache %s cannot be written (%v): the next start runs the binary again", cacheFile, err))
 	}
 	return c, nil
+}
+
+// FromCache returns the version cacheFile records for the very file at path
+// (the same BinaryID), as FromBinaryCached wrote it, without running
+// anything: ok is false when the file is another one or the cache has
+// none; err says why a cache file that exists could not be used.
+func FromCache(path, cacheFile string) (v Version, ok bool, err error) {
+	id, err := Identify(path)
+	if err != nil {
+		return Version{}, false, fmt.Errorf("kubeletversion: %w", err)
+	}
+	return fromCache(id, cacheFile)
+}
+
+func fromCache(id BinaryID, cacheFile string) (Version, bool, error) {
+	b, err := os.ReadFile(cacheFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Version{}, false, nil
+	}
+	if err != nil {
+		return Version{}, false, fmt.Errorf("the version cache %s cannot be read (%v)", cacheFile, err)
+	}
+	var e cacheEntry
+	if err := json.Unmarshal(b, &e); err != nil {
+		return Version{}, false, fmt.Errorf("the version cache %s is not readable JSON (%v)", cacheFile, err)
+	}
+	if e.Binary != id {
+		return Version{}, false, nil
+	}
+	v, err := Parse(e.Version)
+	if err != nil {
+		return Version{}, false, fmt.Errorf("the version cache %s holds %q, not a version", cacheFile, e.Version)
+	}
+	return v, true, nil
 }
 
 func join(a, b string) string {

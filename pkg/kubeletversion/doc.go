@@ -16,5 +16,8 @@
 // against (Release.Tested), by that release's own code.
 //
 // It reads nothing on the host but the kubelet binary it is asked to run
-// with --version (FromBinary).
+// with --version (FromBinary), and the version cache that keeps the answer
+// with the binary's identity (FromBinaryCached, FromCache: preflight runs in
+// the kubelet's start, which should not wait on a slow --version, and the
+// daemon cannot run the kubelet's /proc/<pid>/exe without ptrace).
 package kubeletversion

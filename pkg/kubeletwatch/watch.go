@@ -113,6 +113,12 @@ type Options struct {
 	RootDir string
 	// Version states the kubelet's version (--kubelet-version).
 	Version string
+	// VersionCache is the file hotplugd preflight keeps the kubelet
+	// binary's version in (its --version-cache): when it records the very
+	// file the running kubelet was started from, the version is the
+	// binary's own answer, read at the kubelet's start, without ptrace or
+	// the API server. "": not read.
+	VersionCache string
 	// NodeVersion returns the Node's status.nodeInfo.kubeletVersion, the
 	// last resort for the version; nil: not asked.
 	NodeVersion func(ctx context.Context) (string, error)
@@ -240,7 +246,7 @@ func (w *Watcher) discover(ctx context.Context) *Facts {
 		k.RootDir = w.o.RootDir
 	}
 	var v kubeletversion.Version
-	v, f.VersionFrom, err = w.versionOf(ctx, k.PID, f.Start)
+	v, f.VersionFrom, err = w.versionOf(ctx, k.PID, f.Start, k.Cmdline)
 	w.release(f, v, err)
 	if w.o.RootDir != "" {
 		f.StateDir = w.o.RootDir
@@ -271,8 +277,9 @@ func (w *Watcher) release(f *Facts, v kubeletversion.Version, err error) {
 }
 
 // versionOf finds the kubelet's version: --kubelet-version, else the
-// process's binary (once per process), else the Node.
-func (w *Watcher) versionOf(ctx context.Context, pid int, start uint64) (kubeletversion.Version, string, error) {
+// process's binary (once per process), else preflight's cache of the
+// binary's answer, else the Node.
+func (w *Watcher) versionOf(ctx context.Context, pid int, start uint64, cmdline []string) (kubeletversion.Version, string, error) {
 	if w.o.Version != "" {
 		v, err := kubeletversion.Parse(w.o.Version)
 		return v, "--kubelet-version", err
@@ -296,6 +303,17 @@ func (w *Watcher) versionOf(ctx context.Context, pid int, start uint64) (kubelet
 			return v, from, nil
 		}
 		why = append(why, err.Error())
+	}
+	if pid != 0 && w.o.VersionCache != "" && len(cmdline) > 0 && filepath.IsAbs(cmdline[0]) {
+		// The file as it is now, which the running kubelet runs unless it
+		// changed since (the remedy withholds then: binaryChanged).
+		v, ok, err := kubeletversion.FromCache(cmdline[0], w.o.VersionCache)
+		switch {
+		case ok:
+			return v, "the kubelet's binary, as hotplugd preflight read it (" + w.o.VersionCache + ")", nil
+		case err != nil:
+			why = append(why, err.Error())
+		}
 	}
 	if w.o.NodeVersion != nil {
 		tctx, cancel := context.WithTimeout(ctx, 15*time.Second)

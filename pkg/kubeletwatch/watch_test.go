@@ -13,6 +13,8 @@ import (
 
 	"go.uber.org/zap/zaptest"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
 )
 
 // fakeProc is a procfs with a boot time 1000 s ago (its uptime is not
@@ -209,6 +211,21 @@ func TestVersionOf(t *testing.T) {
 		t.Fatal(err)
 	}
 	proc.process(8, time.Now(), "/nonexistent/kubelet")
+	// The unit's and the pod's case: /proc/<pid>/exe cannot be read (no
+	// ptrace), but preflight cached the answer of the binary at the
+	// kubelet's start.
+	cached, other := filepath.Join(dir, "usr-bin-kubelet"), filepath.Join(dir, "other-kubelet")
+	for _, p := range []string{cached, other} {
+		if err := os.WriteFile(p, []byte("#!/bin/sh\necho 'Kubernetes v1.35.4'\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache := filepath.Join(dir, "kubelet-version.json")
+	if c, err := kubeletversion.FromBinaryCached(context.Background(), cached, cache); err != nil || c.Warning != "" {
+		t.Fatal(c, err)
+	}
+	proc.process(9, time.Now(), cached)
+	proc.process(10, time.Now(), other)
 	node := func(v string, err error) func(context.Context) (string, error) {
 		return func(context.Context) (string, error) { return v, err }
 	}
@@ -224,14 +241,17 @@ func TestVersionOf(t *testing.T) {
 		{"the binary wins over the Node", "", 7, node("v1.36.3", nil), 34, ""},
 		{"the Node without a process", "", 0, node("v1.35.4", nil), 35, ""},
 		{"the Node when the binary cannot be read", "", 8, node("v1.36.3", nil), 36, ""},
+		{"preflight's answer for the binary wins over the Node", "", 9, node("v1.36.3", nil), 35, ""},
+		{"not preflight's answer for another binary", "", 10, node("v1.36.3", nil), 36, ""},
 		{"a pre-release", "", 0, node("v1.38.0-alpha.0", nil), 0, "capacity only, no remedy: kubelet v1.38.0-alpha.0 is not a release hotplugd knows (it knows 1.34, 1.35, 1.36, 1.37)"},
 		{"too old", "v1.33.1", 7, nil, 0, "kubelet v1.33.1 is not a release hotplugd knows"},
 		{"nothing to tell", "", 0, node("", errors.New("reading Node n: not found")), 0, "capacity only, no remedy: the kubelet's version is unknown (reading Node n: not found)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			w := New(Options{ProcRoot: proc.root, Version: tt.flag, NodeVersion: tt.node})
+			w := New(Options{ProcRoot: proc.root, Version: tt.flag, NodeVersion: tt.node, VersionCache: cache})
 			f := &Facts{}
-			v, _, err := w.versionOf(context.Background(), tt.pid, 0)
+			argv := map[int][]string{7: {bin}, 8: {"/nonexistent/kubelet"}, 9: {cached}, 10: {other}}[tt.pid]
+			v, _, err := w.versionOf(context.Background(), tt.pid, 0, argv)
 			w.release(f, v, err)
 			switch {
 			case tt.wantMinor == 0 && (f.Release != nil || !strings.Contains(f.Limit(), tt.wantLimit)):
