@@ -142,7 +142,8 @@ const preflightUsage = `Usage: hotplugd preflight [flags] [-- <the kubelet's arg
 
 Checks the kubelet's cpu_manager_state and memory_manager_state, and its
 configuration, against the machine as it is now, before the kubelet starts
-(its ExecStartPre). It reads the kubelet's command line from the kubelet's
+(its ExecStartPre), and its allocated_pods_state, which it never writes (a
+corrupt one makes the kubelet panic at every start). It reads the kubelet's command line from the kubelet's
 systemd unit (--kubelet-unit; the drop-in passes %%n), or from the words after
 "--": --config, --config-dir, --root-dir, --feature-gates and every flag that
 overrides the configuration are read as the kubelet reads them (the same code

@@ -1209,29 +1209,38 @@ func writeAllocated(t *testing.T, dir string, cpus ...string) []string {
 // a restarted kubelet would reject some of them, so it is not restarted;
 // the NeedsDrain entry names the pods. The same machine with pods that fit
 // is restarted; a checkpoint that cannot be read while allocatable shrinks
-// withholds the restart; one the kubelet would refuse at its start is a
-// refusal.
+// withholds the restart; one the kubelet would refuse at its start (it
+// panics) needs a person, whether allocatable shrinks or grows (the machine
+// gained CPUs: before, a restart was asked for and the kubelet panicked at
+// every start).
 func TestRestartThatWouldRejectPods(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		cpus    []string // the pods' requests; nil: no checkpoint
 		corrupt bool
+		machine int // the machine's CPUs (the Node says 8); 0: 6
 		outcome remedy.Outcome
 		reason  string
 		message []string
 	}{
-		{"pods would be rejected", []string{"2", "2", "2"}, false, remedy.OutcomeNeedsPerson, nodepatch.ReasonNeedsDrain,
+		{"pods would be rejected", []string{"2", "2", "2"}, false, 0, remedy.OutcomeNeedsPerson, nodepatch.ReasonNeedsDrain,
 			[]string{"cpu: pods request 6, the restarted kubelet would allow 5", "default/web-0", "drain the pods named"}},
-		{"pods fit", []string{"2", "2", "1"}, false, remedy.OutcomeRemediated, nodepatch.ReasonRemediated, nil},
-		{"no checkpoint: no pod admitted", nil, false, remedy.OutcomeRemediated, nodepatch.ReasonRemediated, nil},
-		{"a checkpoint that cannot be read, running pods unknown", []string{}, false, remedy.OutcomeWithheld, nodepatch.ReasonRestartWithheld,
+		{"pods fit", []string{"2", "2", "1"}, false, 0, remedy.OutcomeRemediated, nodepatch.ReasonRemediated, nil},
+		{"no checkpoint: no pod admitted", nil, false, 0, remedy.OutcomeRemediated, nodepatch.ReasonRemediated, nil},
+		{"a checkpoint that cannot be read, running pods unknown", []string{}, false, 0, remedy.OutcomeWithheld, nodepatch.ReasonRestartWithheld,
 			[]string{"allocatable shrinks (cpu 7 -> 5)", "cannot tell whether the restart would reject running pods"}},
-		{"a checkpoint the kubelet refuses", []string{"1"}, true, remedy.OutcomeRefused, nodepatch.ReasonKubeletWouldRefuse,
-			[]string{"checkpoint is corrupted"}},
+		{"a checkpoint the kubelet refuses", []string{"1"}, true, 0, remedy.OutcomeNeedsPerson, nodepatch.ReasonNeedsDrain,
+			[]string{"allocated_pods_state: kubelet 1.36 would refuse it at its start and panic (checkpoint is corrupted)", "drain the node, delete "}},
+		{"a checkpoint the kubelet refuses, CPUs added", []string{"1"}, true, 10, remedy.OutcomeNeedsPerson, nodepatch.ReasonNeedsDrain,
+			[]string{"allocated_pods_state: kubelet 1.36 would refuse it at its start and panic (checkpoint is corrupted)", "drain the node, delete "}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				r := newRig(t, rigOptions{cpus: 6, prepare: func(r *rig) {
+				cpus := tt.machine
+				if cpus == 0 {
+					cpus = 6
+				}
+				r := newRig(t, rigOptions{cpus: cpus, prepare: func(r *rig) {
 					if tt.cpus == nil {
 						return
 					}

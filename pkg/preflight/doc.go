@@ -27,7 +27,11 @@
 // configuration is judged with pkg/kubeletstart; a configuration the
 // kubelet refuses on this machine is a third result (File
 // KubeletConfiguration) in the kubelet's words, and no file is written
-// then. It writes only the two state files and their backups, through
+// then. The kubelet's checkpoint of the pods it admitted
+// (allocated_pods_state, pkg/allocated) is judged too, never written: a
+// corrupt one, which the kubelet's allocation manager refuses with a panic
+// at every start, needs a person (drain, delete it), and one hotplugd
+// cannot read is unknown. It writes only the two state files and their backups, through
 // pkg/statefile; besides them it reads only the listing of the pod log
 // directory, when a plan cannot keep an assignment.
 //

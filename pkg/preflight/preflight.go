@@ -12,6 +12,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/hotplugd/hotplugd/internal/kubeletstate"
+	"github.com/hotplugd/hotplugd/pkg/allocated"
 	"github.com/hotplugd/hotplugd/pkg/cpumgr"
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
 	"github.com/hotplugd/hotplugd/pkg/kubeletstart"
@@ -222,10 +223,46 @@ func Run(snap *topology.Snapshot, o Options) Report {
 	for _, f := range stateFiles {
 		rep.Results = append(rep.Results, check(f, snap, o))
 	}
+	if res, ok := allocatedResult(o); ok {
+		rep.Results = append(rep.Results, res)
+	}
 	if judged {
 		rep.Results = append(rep.Results, kr)
 	}
 	return rep
+}
+
+// allocatedResult judges the kubelet's checkpoint of the pods it admitted,
+// allocated_pods_state (pkg/allocated), which no change of the machine
+// makes stale but which the kubelet refuses at its start when it is
+// corrupt: its allocation manager panics ("please drain this node and
+// delete pod resource information checkpoint file ... before restarting
+// Kubelet"), every start, whatever hotplugd repairs. hotplugd never writes
+// it. A result only when the kubelet would refuse it (NeedsPerson: a
+// remedy must not restart the kubelet into it, and the report stands above
+// the kubelet's panic in its journal) or hotplugd cannot tell (Unknown: a
+// file it cannot read safely). No file, a release or gates with which the
+// kubelet keeps none, and a file the kubelet's loader accepts (even one in
+// a layout the release does not write) give no result.
+func allocatedResult(o Options) (Result, bool) {
+	res := Result{File: allocated.FileName, Path: filepath.Join(o.RootDir, allocated.FileName)}
+	_, err := allocated.Read(o.RootDir, o.Release, o.Config.FeatureGates)
+	switch {
+	case err == nil, errors.Is(err, allocated.ErrNotExist), errors.Is(err, allocated.ErrGateOff), errors.Is(err, allocated.ErrUnknownFormat):
+		return res, false
+	case errors.Is(err, allocated.ErrCorrupt):
+		res.Verdict = NeedsPerson
+		res.Why = fmt.Sprintf("kubelet 1.%d would refuse it at its start and panic", o.Release.Minor)
+		if ce := (*allocated.CorruptError)(nil); errors.As(err, &ce) {
+			res.Why += " (" + ce.Kubelet + ")"
+		}
+		res.Todo = "drain the node, delete " + res.Path + " and start the kubelet (the kubelet's own advice: it writes the file again as it admits pods); hotplugd never writes this file"
+	default:
+		res.Verdict = Unknown
+		res.Why = err.Error()
+		res.Todo = "nothing: the kubelet judges the file at its start"
+	}
+	return res, true
 }
 
 // kubeletResult judges the kubelet's configuration on snap: a result only

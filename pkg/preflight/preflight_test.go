@@ -470,3 +470,75 @@ reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}]
 		t.Errorf("why %q\nplan:\n%s\nwant both to say %q", r.Why, r.Plan, line)
 	}
 }
+
+// TestAllocatedPodsState: the kubelet's checkpoint of admitted pods, which
+// it refuses at its start when corrupt (it panics), is reported so and never
+// written; a file it loads, none, or one a kubelet with the gate off does not
+// read, gives no result; one hotplugd cannot read is Unknown.
+func TestAllocatedPodsState(t *testing.T) {
+	valid, err := os.ReadFile("../allocated/testdata/kubelet-1.36.allocated_pods_state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	corrupt := []byte(strings.Replace(string(valid), `600m`, `700m`, 1)) // the checksum no longer matches
+	if string(corrupt) == string(valid) {
+		t.Fatal("the vector has no 600m to change")
+	}
+	gateOff := kubeletconfig.Default()
+	gateOff.FeatureGates = map[string]bool{"InPlacePodVerticalScaling": false}
+	for _, tt := range []struct {
+		name     string
+		file     []byte // nil: none; empty: a directory
+		release  *kubeletversion.Release
+		config   bool // the 1.34 kubelet runs with the gate off
+		want     Verdict
+		wantWhy  string
+		wantCode bool // NeedsPerson
+	}{
+		{"none", nil, rel136, false, "", "", false},
+		{"valid", valid, rel136, false, "", "", false},
+		{"corrupt", corrupt, rel136, false, NeedsPerson, "kubelet 1.36 would refuse it at its start and panic (checkpoint is corrupted)", true},
+		{"corrupt, the gate off on 1.34: not read by the kubelet", corrupt, kubeletversion.ByMinor(34), true, "", "", false},
+		{"not a regular file", []byte{}, rel136, false, Unknown, "not a regular file", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := Options{RootDir: t.TempDir(), Release: tt.release, Now: time.Now()}
+			if tt.config {
+				o.Config = gateOff
+			}
+			path := filepath.Join(o.RootDir, "allocated_pods_state")
+			switch {
+			case tt.file == nil:
+			case len(tt.file) == 0:
+				if err := os.Mkdir(path, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				if err := os.WriteFile(path, tt.file, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rep := Run(machine(t, 4, 8<<20), o)
+			var got *Result
+			for i, r := range rep.Results {
+				if r.File == "allocated_pods_state" {
+					got = &rep.Results[i]
+				}
+			}
+			switch {
+			case tt.want == "" && got != nil:
+				t.Fatalf("a result %+v, want none", *got)
+			case tt.want != "" && (got == nil || got.Verdict != tt.want || !strings.Contains(got.Why, tt.wantWhy) || got.Path != path):
+				t.Fatalf("result %+v, want %s at %s saying %q", got, tt.want, path, tt.wantWhy)
+			}
+			if rep.NeedsPerson() != tt.wantCode {
+				t.Errorf("NeedsPerson %v, want %v:\n%s", rep.NeedsPerson(), tt.wantCode, rep)
+			}
+			if len(tt.file) > 0 {
+				if now, _ := os.ReadFile(path); string(now) != string(tt.file) {
+					t.Error("the file was written")
+				}
+			}
+		})
+	}
+}
