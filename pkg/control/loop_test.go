@@ -1,6 +1,7 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,6 +30,7 @@ import (
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 	"github.com/hotplugd/hotplugd/pkg/preflight"
 	"github.com/hotplugd/hotplugd/pkg/remedy"
+	"github.com/hotplugd/hotplugd/pkg/statefile"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
@@ -914,6 +916,42 @@ func TestWithheld(t *testing.T) {
 				t.Fatal(err)
 			}
 		}}, "hotplugd cannot judge cpu_manager_state")
+	})
+	t.Run("reserved CPUs hotplugd cannot predict: unknown verdict", func(t *testing.T) {
+		// The kubelet picks the reserved CPUs itself (a cpu reservation,
+		// no reservedSystemCPUs) by distribute-cpus-across-numa's rules.
+		withheldCase(t, rigOptions{prepare: func(r *rig) {
+			cfg, err := kubeletconfig.Parse([]byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncpuManagerPolicy: static\n" +
+				"systemReserved: {cpu: \"1\"}\ncpuManagerPolicyOptions: {distribute-cpus-across-numa: \"true\"}\npodLogsDir: " + r.podLogs + "\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.kubelet.f.Kubelet.Config = cfg
+		}}, "hotplugd cannot judge cpu_manager_state")
+	})
+	t.Run("oversized state file: unknown verdict", func(t *testing.T) {
+		withheldCase(t, rigOptions{prepare: func(r *rig) {
+			b, err := os.ReadFile(r.state)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The kubelet reads it (JSON allows the trailing spaces);
+			// hotplugd does not read more than statefile.MaxSize.
+			if err := os.WriteFile(r.state, append(b, bytes.Repeat([]byte(" "), statefile.MaxSize)...), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}}, "hotplugd cannot judge cpu_manager_state")
+	})
+	t.Run("memory_manager_state hotplugd cannot judge", func(t *testing.T) {
+		withheldCase(t, rigOptions{prepare: func(r *rig) {
+			target := filepath.Join(t.TempDir(), "memory_manager_state")
+			if err := os.WriteFile(target, []byte(`{"policyName":"None","machineState":{},"checksum":1}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(target, filepath.Join(filepath.Dir(r.state), preflight.MemoryManagerState)); err != nil {
+				t.Fatal(err)
+			}
+		}}, "hotplugd cannot judge memory_manager_state")
 	})
 	t.Run("configuration changed since the kubelet started", func(t *testing.T) {
 		withheldCase(t, rigOptions{prepare: func(r *rig) {
