@@ -64,7 +64,7 @@ func (o *preflightOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&o.Output, "output", "o", "text", "report format: text or json")
 	fs.StringVar(&o.KubeletBinary, "kubelet-binary", "", "the kubelet that is about to start; its --version decides the rules (state-file layouts, feature gates) hotplugd applies (default: the path before the kubelet's arguments when it is a kubelet, else "+defaultKubeletBinary+", else kubelet on PATH)")
 	fs.StringVar(&o.KubeletUnit, "kubelet-unit", "", "the kubelet's systemd unit (the drop-in passes %n): read its command line from systemd over D-Bus, ExecStart with the unit's environment and environment files expanded as systemd expands them, whatever the unit's layout; the kubelet's arguments after -- win when given. When it cannot be read: a warning, checking nothing, changing nothing")
-	fs.StringVar(&o.VersionCache, "version-cache", "", "a file that keeps the version --kubelet-binary printed, with the binary's device, inode, size, modification and change times: a later start of the very same file takes the version from it instead of running the binary, so the kubelet's start does not wait on its --version (the drop-in sets /var/lib/hotplugd/kubelet-version.json). Another file, or none: the binary is run")
+	fs.StringVar(&o.VersionCache, "version-cache", "", "a file that keeps the version --kubelet-binary printed, with the binary's device, inode, size, modification and change times: a later start of the very same file takes the version from it instead of running the binary, so the kubelet's start does not wait on its --version (the drop-in sets /var/lib/hotplugd/kubelet-version.json). Another file, or none: the binary is run. --dry-run reads the cache, never writes it")
 	fs.StringVar(&o.KubeletVersion, "kubelet-version", "", "the kubelet's version (vX.Y.Z) instead of running --kubelet-binary. A kubelet hotplugd does not know (not 1.34 to 1.37, a pre-release) or none found: the files are left untouched with a warning, exit 0")
 }
 
@@ -124,7 +124,7 @@ func (o *preflightOptions) kubeletRelease(ctx context.Context) (v kubeletversion
 				}
 			}
 		}
-		c, err := kubeletversion.FromBinaryCached(ctx, bin, o.VersionCache)
+		c, err := kubeletversion.FromBinaryCached(ctx, bin, o.VersionCache, o.DryRun)
 		cacheWarning = c.Warning
 		if err != nil {
 			return v, nil, fmt.Sprintf("cannot tell the kubelet's version: %v", err), cacheWarning

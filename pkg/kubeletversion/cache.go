@@ -61,14 +61,15 @@ type Cached struct {
 // very file at path (BinaryID), its version is returned without running
 // the binary. Otherwise the binary is run and, when it was the same file
 // before and after the run, the cache file is replaced (atomically, mode
-// 0600) with its identity and version.
+// 0600) with its identity and version, unless readOnly (a dry run changes
+// nothing: the cache is read, never written).
 //
 // This keeps `kubelet --version` out of a kubelet's start: preflight runs in
 // the kubelet's ExecStartPre, and on a loaded node the binary's first run
 // can take seconds. The cache holds only what running the binary again
 // gives, so a cache file that cannot be read is replaced, never trusted.
 // An empty cacheFile is FromBinary.
-func FromBinaryCached(ctx context.Context, path, cacheFile string) (Cached, error) {
+func FromBinaryCached(ctx context.Context, path, cacheFile string, readOnly bool) (Cached, error) {
 	if cacheFile == "" {
 		v, err := FromBinary(ctx, path)
 		return Cached{Version: v}, err
@@ -90,8 +91,8 @@ func FromBinaryCached(ctx context.Context, path, cacheFile string) (Cached, erro
 		return c, err
 	}
 	after, err := Identify(path)
-	if err != nil || after != before {
-		return c, nil // replaced while it ran: nothing to remember
+	if readOnly || err != nil || after != before {
+		return c, nil // a dry run, or replaced while it ran: nothing to remember
 	}
 	b, err := json.Marshal(cacheEntry{Binary: before, Version: c.Version.String()})
 	if err == nil {

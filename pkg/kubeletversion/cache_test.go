@@ -32,7 +32,7 @@ func TestFromBinaryCached(t *testing.T) {
 	cache := filepath.Join(dir, "state", "kubelet-version.json")
 	get := func(wantVersion string, wantHit bool, wantRuns int, wantWarning string) {
 		t.Helper()
-		c, err := FromBinaryCached(context.Background(), bin, cache)
+		c, err := FromBinaryCached(context.Background(), bin, cache, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,43 +43,50 @@ func TestFromBinaryCached(t *testing.T) {
 	}
 
 	write(bin, kubelet("v1.36.3"))
-	get("v1.36.3", false, 1, "") // first start: run, remembered (its directory made)
-	get("v1.36.3", true, 1, "")  // the same file: not run
-	get("v1.36.3", true, 1, "")
+	// A dry run reads the cache but writes nothing.
+	if c, err := FromBinaryCached(context.Background(), bin, cache, true); err != nil || c.Hit || c.Version.String() != "v1.36.3" {
+		t.Fatalf("dry run: %+v, %v", c, err)
+	}
+	if _, err := os.Stat(filepath.Dir(cache)); !os.IsNotExist(err) {
+		t.Fatalf("a dry run wrote the cache's directory: %v", err)
+	}
+	get("v1.36.3", false, 2, "") // first start: run, remembered (its directory made)
+	get("v1.36.3", true, 2, "")  // the same file: not run
+	get("v1.36.3", true, 2, "")
 
 	// Rewritten in place (its size differs: a rewrite within the file
 	// system's timestamp granularity keeps mtime and ctime).
 	write(bin, kubelet("v1.37.12"))
-	get("v1.37.12", false, 2, "")
-	get("v1.37.12", true, 2, "")
+	get("v1.37.12", false, 3, "")
+	get("v1.37.12", true, 3, "")
 
 	next := filepath.Join(dir, "kubelet.new") // an upgrade renamed over it: another inode
 	write(next, kubelet("v1.37.3"))
 	if err := os.Rename(next, bin); err != nil {
 		t.Fatal(err)
 	}
-	get("v1.37.3", false, 3, "")
+	get("v1.37.3", false, 4, "")
 
 	write(cache, "{not json")
-	get("v1.37.3", false, 4, "is not readable JSON")
-	get("v1.37.3", true, 4, "")
+	get("v1.37.3", false, 5, "is not readable JSON")
+	get("v1.37.3", true, 5, "")
 
 	// A binary that cannot tell is not remembered.
 	write(bin, "#!/bin/sh\necho run >> "+runs+"\necho hello\n")
 	for range 2 {
-		if _, err := FromBinaryCached(context.Background(), bin, cache); err == nil {
+		if _, err := FromBinaryCached(context.Background(), bin, cache, false); err == nil {
 			t.Fatal("a binary that does not print a version gave no error")
 		}
 	}
-	if ran() != 6 {
-		t.Fatalf("%d runs, want 6: a failed answer must not be cached", ran())
+	if ran() != 7 {
+		t.Fatalf("%d runs, want 7: a failed answer must not be cached", ran())
 	}
 
 	// No cache file: the binary runs every time.
 	write(bin, kubelet("v1.35.4"))
 	for i := range 2 {
-		c, err := FromBinaryCached(context.Background(), bin, "")
-		if err != nil || c.Hit || c.Version.String() != "v1.35.4" || ran() != 7+i {
+		c, err := FromBinaryCached(context.Background(), bin, "", false)
+		if err != nil || c.Hit || c.Version.String() != "v1.35.4" || ran() != 8+i {
 			t.Fatalf("without a cache: %+v, %v, %d runs", c, err, ran())
 		}
 	}
@@ -97,7 +104,7 @@ func TestFromBinaryCachedUnwritable(t *testing.T) {
 	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c, err := FromBinaryCached(context.Background(), bin, filepath.Join(notDir, "kubelet-version.json"))
+	c, err := FromBinaryCached(context.Background(), bin, filepath.Join(notDir, "kubelet-version.json"), false)
 	if err != nil || c.Version.String() != "v1.34.4" || !strings.Contains(c.Warning, "cannot be written") {
 		t.Fatalf("got %+v, %v", c, err)
 	}

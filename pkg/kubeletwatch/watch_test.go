@@ -221,7 +221,7 @@ func TestVersionOf(t *testing.T) {
 		}
 	}
 	cache := filepath.Join(dir, "kubelet-version.json")
-	if c, err := kubeletversion.FromBinaryCached(context.Background(), cached, cache); err != nil || c.Warning != "" {
+	if c, err := kubeletversion.FromBinaryCached(context.Background(), cached, cache, false); err != nil || c.Warning != "" {
 		t.Fatal(c, err)
 	}
 	proc.process(9, time.Now(), cached)
