@@ -85,7 +85,11 @@ type Plan struct {
 	PredictErr string
 	// NodeKnown: a Node was judged; Node is the Node's half.
 	NodeKnown bool
-	Node      nodepatch.Report
+	// NodeReported: the Node's report was made, not held (its Events and
+	// Evented are the drift's), though its patch may wait for a retry:
+	// the loop records Evented and the staleness.
+	NodeReported bool
+	Node         nodepatch.Report
 	// Events are sent in order: the remedy journal's new entries, then the
 	// drift's.
 	Events []nodepatch.Event
@@ -185,6 +189,7 @@ func Decide(in Inputs) Plan {
 		}
 		p.NodeKnown = true
 		p.Node = nodepatch.Reported(ri)
+		p.NodeReported = p.Node.Held == ""
 		drift = p.Node.Drift
 		if p.Node.Held != "" && !fresh.IsZero() && in.Journal.Underway == nil {
 			p.Wake = fresh

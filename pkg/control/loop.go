@@ -235,7 +235,7 @@ func (l *Loop) Run(ctx context.Context) error {
 			o.Writer.Event(e)
 		}
 		done.JournalSent = plan.JournalSent
-		if plan.NodeKnown && plan.Node.Held == "" {
+		if plan.NodeReported {
 			done.Evented, done.EventedKnown = plan.Node.Evented, true
 			o.Writer.SetStale(plan.Node.Drift.Stale())
 		}

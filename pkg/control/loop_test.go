@@ -119,13 +119,25 @@ type fakeWriter struct {
 	mu      sync.Mutex
 	patches [][]byte
 	events  []nodepatch.Event
+	fail    error // every Patch fails with it
 }
 
 func (w *fakeWriter) Patch(_ context.Context, data []byte, _ v1.NodeCondition) (*v1.Node, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.patches = append(w.patches, data)
-	return nil, nil
+	return nil, w.fail
+}
+
+func (w *fakeWriter) count(reason string) (patches, events int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range w.events {
+		if e.Reason == reason {
+			events++
+		}
+	}
+	return len(w.patches), events
 }
 
 func (w *fakeWriter) Event(e nodepatch.Event) {
@@ -1171,6 +1183,30 @@ func TestReportOnly(t *testing.T) {
 		r.attempts(0)
 		if calls := r.supervisor.Calls(); len(calls) != 0 {
 			t.Errorf("supervisor calls %v", calls)
+		}
+		if patches, events := r.writer.count(nodepatch.ReasonCapacityDrift); patches == 0 || events != 1 {
+			t.Errorf("%d patches and %d CapacityDrift Events, want the drift reported: at least one patch, one Event", patches, events)
+		}
+	})
+}
+
+// TestFailedWriteSendsTheDriftEventOnce: while a failed Node write waits
+// for its retry, the drift changes (the machine changes again) and other
+// inputs turn the loop; each drift's Event is sent once, not at every
+// turn, and the write is retried.
+func TestFailedWriteSendsTheDriftEventOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, rigOptions{prepare: func(r *rig) { r.writer.fail = errors.New("the API server is away") },
+			change: func(o *rigConfig) { o.Mode = remedy.ModeReport }})
+		after(time.Second) // the first drift's Event; its write fails
+		r.setMachine(4)    // another drift, while the write waits for its retry
+		for range 20 {
+			r.loop.Activity(time.Now())
+			after(10 * time.Millisecond)
+		}
+		after(time.Minute)
+		if patches, events := r.writer.count(nodepatch.ReasonCapacityDrift); patches < 2 || events != 2 {
+			t.Errorf("%d patches and %d CapacityDrift Events, want the write retried and one Event per drift (2)", patches, events)
 		}
 	})
 }
