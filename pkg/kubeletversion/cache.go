@@ -120,7 +120,10 @@ func FromCache(path, cacheFile string) (v Version, ok bool, err error) {
 }
 
 func fromCache(id BinaryID, cacheFile string) (Version, bool, error) {
-	b, err := os.ReadFile(cacheFile)
+	// statefile.Read: preflight runs in the kubelet's start, which a FIFO
+	// or a device at the path must not hang; a symlink or an oversized
+	// file is not read either (and is replaced by the next write).
+	b, err := statefile.Read(cacheFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Version{}, false, nil
 	}

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestFromBinaryCached: the binary runs once; the same file is answered
@@ -89,6 +92,36 @@ func TestFromBinaryCached(t *testing.T) {
 		if err != nil || c.Hit || c.Version.String() != "v1.35.4" || ran() != 8+i {
 			t.Fatalf("without a cache: %+v, %v, %d runs", c, err, ran())
 		}
+	}
+}
+
+// TestFromBinaryCachedFIFO: a FIFO at the cache's path (preflight runs in
+// the kubelet's start) is not opened for a blocking read: the binary
+// answers, the FIFO is replaced by the cache file.
+func TestFromBinaryCachedFIFO(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kubelet")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho 'Kubernetes v1.36.3'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(dir, "kubelet-version.json")
+	if err := unix.Mkfifo(cache, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var c Cached
+	var err error
+	go func() { defer close(done); c, err = FromBinaryCached(context.Background(), bin, cache, false) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("FromBinaryCached is blocked on the FIFO")
+	}
+	if err != nil || c.Version.String() != "v1.36.3" || !strings.Contains(c.Warning, "not a regular file") {
+		t.Fatalf("got %+v, %v", c, err)
+	}
+	if c, err := FromBinaryCached(context.Background(), bin, cache, false); err != nil || !c.Hit {
+		t.Fatalf("the FIFO was not replaced by the cache: %+v, %v", c, err)
 	}
 }
 
