@@ -80,7 +80,6 @@ type Loop struct {
 	snapshot       *topology.Snapshot
 	lastActivity   time.Time
 	lastMemoryDown time.Time
-	last           Plan
 	poke           chan struct{}
 }
 
@@ -139,13 +138,6 @@ func later(dst *time.Time, t time.Time) {
 	if t.After(*dst) {
 		*dst = t
 	}
-}
-
-// Plan is the last plan decided.
-func (l *Loop) Plan() Plan {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.last
 }
 
 func (l *Loop) wake() {
@@ -214,9 +206,6 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		l.mu.Unlock()
 		plan := Decide(in)
-		l.mu.Lock()
-		l.last = plan
-		l.mu.Unlock()
 		o.Observations.set(nodepatch.State{Node: in.Node, Prediction: plan.Prediction, Drift: plan.Node.Drift})
 		if s := string(plan.Remedy.Action) + plan.Remedy.Why + plan.PredictErr; s != logged {
 			logged = s

@@ -55,7 +55,7 @@ func (m *Remedier) readmission(f *kubeletwatch.Facts, st nodepatch.State) readmi
 	switch {
 	case errors.Is(err, allocated.ErrCorrupt):
 		return readmission{refuse: err}
-	case errors.Is(err, allocated.ErrNotExist) && !errors.Is(err, allocated.ErrGateOff):
+	case errors.Is(err, allocated.ErrNotExist):
 		// With InPlacePodVerticalScaling on (locked on from 1.35) the
 		// kubelet writes the file when it admits a pod: none admitted,
 		// none to reject.
