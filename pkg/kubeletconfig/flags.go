@@ -26,72 +26,42 @@ const (
 	optionalFlag
 )
 
-// knownFlags is every flag of the Linux kubelet v1.36 command line, so that
-// each is skipped with exactly its own value:
-// cmd/kubelet/app/options/options.go (KubeletFlags.AddFlags,
-// AddKubeletConfigFlags), options/globalflags*.go (cAdvisor flags, verflag),
-// component-base logs/api/v1 (logging flags) and cmd/kubelet/app/server.go
-// (--help, -h). Names are stored normalized ("_" becomes "-", as the kubelet's
-// cliflag.WordSepNormalizeFunc does). A few boolean flags of older kubelets
-// are listed too: a boolean flag is the only kind whose following word must not
-// be taken as its value.
-var knownFlags = func() map[string]flagKind {
-	m := map[string]flagKind{"version": optionalFlag}
-	for _, n := range strings.Fields(`
-		anonymous-auth authentication-token-webhook cgroups-per-qos contention-profiling
-		cpu-cfs-quota enable-controller-attach-detach enable-debugging-handlers enable-server
-		exit-on-lock-contention experimental-allocatable-ignore-eviction fail-cgroupv1
-		fail-swap-on kernel-memcg-notification local-storage-capacity-isolation
-		make-iptables-util-chains protect-kernel-defaults register-node rotate-certificates
-		rotate-server-certificates runonce seccomp-default serialize-image-pulls
-		help enable-load-reader log-cadvisor-usage storage-driver-secure
-		log-text-split-stream log-json-split-stream
-		register-schedulable keep-terminated-pod-volumes
-		logtostderr alsologtostderr one-output skip-headers skip-log-headers add-dir-header`) {
-		m[n] = boolFlag
-	}
-	for _, n := range strings.Fields(`
-		address cpu-manager-policy-options eviction-hard eviction-minimum-reclaim eviction-soft
-		eviction-soft-grace-period feature-gates healthz-bind-address kube-reserved
-		manifest-url-header node-labels qos-reserved register-with-taints reserved-memory
-		system-reserved topology-manager-policy-options
-		container-log-max-files event-burst event-qps eviction-max-pod-grace-period healthz-port
-		image-gc-high-threshold image-gc-low-threshold kube-api-burst kube-api-qps max-pods
-		maximum-dead-containers maximum-dead-containers-per-container node-status-max-images
-		oom-score-adj pods-per-core port read-only-port registry-burst registry-qps
-		max-open-files pod-max-pids
-		allowed-unsafe-sysctls cluster-dns enforce-node-allocatable tls-cipher-suites
-		authentication-token-webhook-cache-ttl authorization-webhook-cache-authorized-ttl
-		authorization-webhook-cache-unauthorized-ttl cpu-cfs-quota-period
-		cpu-manager-reconcile-period eviction-pressure-transition-period file-check-frequency
-		http-check-frequency minimum-container-ttl-duration minimum-image-ttl-duration
-		node-status-update-frequency runtime-request-timeout streaming-connection-idle-timeout
-		sync-frequency volume-stats-agg-period
-		authorization-mode bootstrap-kubeconfig cert-dir cgroup-driver cgroup-root
-		client-ca-file cloud-provider cluster-domain config config-dir container-log-max-size
-		container-runtime-endpoint cpu-manager-policy experimental-mounter-path hairpin-mode
-		hostname-override image-credential-provider-bin-dir image-credential-provider-config
-		image-service-endpoint kube-api-content-type kube-reserved-cgroup kubeconfig
-		kubelet-cgroups lock-file manifest-url memory-manager-policy node-ip pod-cidr
-		pod-manifest-path provider-id reserved-cpus resolv-conf root-dir runtime-cgroups
-		system-cgroups system-reserved-cgroup tls-cert-file tls-min-version
-		tls-private-key-file topology-manager-policy topology-manager-scope volume-plugin-dir
-		logging-format log-flush-frequency v vmodule log-text-info-buffer-size
-		log-json-info-buffer-size
-		housekeeping-interval application-metrics-count-limit boot-id-file container-hints
-		containerd event-storage-age-limit event-storage-event-limit
-		global-housekeeping-interval machine-id-file storage-driver-user
-		storage-driver-password storage-driver-host storage-driver-db storage-driver-table
-		storage-driver-buffer-duration containerd-namespace
-		cloud-config log-dir log-file log-file-max-size log-backtrace-at stderrthreshold
-		container-runtime pod-infra-container-image`) {
-		m[n] = valueFlag
-	}
-	return m
-}()
+// flagTable is the command line of one kubelet release: every flag the
+// kubelet registers (cmd/kubelet/app NewKubeletCommand: KubeletFlags.AddFlags,
+// AddKubeletConfigFlags with the logging flags, AddGlobalFlags with cAdvisor's
+// and verflag's, and --help), by its normalized name, and its one-letter
+// shorthands. The tables are generated from each release's own flag set,
+// in zz_generated_flags_1_<minor>.go, by test/kubeletcompat's
+// TestKubeletFlagTable, which also checks them per release.
+type flagTable struct {
+	release    string
+	flags      map[string]flagKind
+	shorthands map[byte]string
+}
 
-// shorthands are the kubelet's one-letter flags: -h (help) and -v (log level).
-var shorthands = map[byte]string{'h': "help", 'v': "v"}
+// flagTables are the releases whose command lines are read exactly: the
+// releases hotplugd supports.
+var flagTables = []flagTable{flags134, flags135, flags136, flags137}
+
+// knownFlags is every flag of every table, so that each is skipped with
+// exactly its own value, and shorthands their one-letter forms (-h, -v). A
+// flag the tables give different kinds would be read wrongly on some
+// release: TestFlagTablesAgree fails for one, and the parser would then
+// need the kubelet's version. A flag that only some releases have is right
+// for every release: a kubelet refuses a flag it does not know, so a running
+// kubelet's command line has only its own release's.
+var knownFlags, shorthands = func() (map[string]flagKind, map[byte]string) {
+	m, s := map[string]flagKind{}, map[byte]string{}
+	for _, t := range flagTables {
+		for n, k := range t.flags {
+			m[n] = k
+		}
+		for c, n := range t.shorthands {
+			s[c] = n
+		}
+	}
+	return m, s
+}()
 
 // argFlag is one flag hotplugd acts on, as written on the command line.
 type argFlag struct {

@@ -315,3 +315,40 @@ func TestApplyFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestFlagTablesAgree checks that no flag takes its value one way in one
+// release's table and another way in another's: the parser reads every
+// command line with the union of the tables, which is exact only then.
+// It also checks that every flag hotplugd acts on is in every release.
+func TestFlagTablesAgree(t *testing.T) {
+	if len(flagTables) == 0 {
+		t.Fatal("no flag tables")
+	}
+	for _, a := range flagTables {
+		if len(a.flags) < 100 || a.release == "" {
+			t.Errorf("table %q has %d flags: not generated?", a.release, len(a.flags))
+		}
+		for n := range configFlags {
+			if _, ok := a.flags[n]; !ok {
+				t.Errorf("kubelet %s has no flag --%s, which hotplugd applies", a.release, n)
+			}
+		}
+		for _, n := range []string{"config", "config-dir", "root-dir"} {
+			if a.flags[n] != valueFlag {
+				t.Errorf("kubelet %s: --%s is not a flag with a value", a.release, n)
+			}
+		}
+		for _, b := range flagTables {
+			for n, k := range a.flags {
+				if kb, ok := b.flags[n]; ok && kb != k {
+					t.Errorf("--%s is kind %d in kubelet %s and %d in %s: parseArgs needs the kubelet's version", n, k, a.release, kb, b.release)
+				}
+			}
+			for c, n := range a.shorthands {
+				if nb, ok := b.shorthands[c]; ok && nb != n {
+					t.Errorf("-%c is --%s in kubelet %s and --%s in %s", c, n, a.release, nb, b.release)
+				}
+			}
+		}
+	}
+}

@@ -26,7 +26,9 @@
 // node allocatable check, step by step): TestKubeletStartMatchesKubelet
 // holds pkg/kubeletstart to it, TestKubeletStartGateTable keeps
 // pkg/kubeletstart's generated feature gate tables equal to each release's
-// (-update-gates rewrites them), and TestPreflightExit2OnlyWhereKubeletRefuses
+// (-update-gates rewrites them), TestKubeletFlagTable keeps
+// pkg/kubeletconfig's generated command-line flag tables equal to each
+// release's flag set (-update-flags), and TestPreflightExit2OnlyWhereKubeletRefuses
 // holds preflight to its rule over every table here. Tests log their counts
 // as "casecount: ..." lines, which internal/casecount prints.
 //
