@@ -8,6 +8,7 @@ import (
 	"path"
 	"path/filepath"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -23,9 +24,10 @@ const dropinExt = ".conf"
 //     from a --config file, the default evictionHard already applied);
 //   - every file named *.conf under dir, subdirectories included, in the
 //     lexical order of filepath.WalkDir, must be a v1beta1
-//     KubeletConfiguration and is applied as a JSON merge patch (RFC 7386):
-//     maps such as evictionHard or kubeReserved merge key by key, lists and
-//     scalars replace, null deletes;
+//     KubeletConfiguration and is applied as a JSON merge patch (RFC 7386)
+//     by the library the kubelet calls, json-patch's MergePatch: maps such
+//     as evictionHard or kubeReserved merge key by key, lists and scalars
+//     replace, null deletes;
 //   - the result is decoded and defaulted again (no evictionHard default:
 //     that one belongs to loading --config only).
 //
@@ -35,11 +37,7 @@ const dropinExt = ".conf"
 // case-sensitively like Parse, where the kubelet's encoding/json is lenient
 // about case.
 func applyDropins(c *kubeletv1beta1.KubeletConfiguration, fsys hostFS, dir string) (*kubeletv1beta1.KubeletConfiguration, error) {
-	b, err := json.Marshal(c)
-	if err != nil {
-		return nil, err
-	}
-	doc, err := decodeJSON(b)
+	doc, err := json.Marshal(c)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +46,9 @@ func applyDropins(c *kubeletv1beta1.KubeletConfiguration, fsys hostFS, dir strin
 		if err != nil {
 			return err
 		}
-		doc = mergePatch(doc, patch)
+		if doc, err = jsonpatch.MergePatch(doc, patch); err != nil {
+			return fmt.Errorf("merge drop-in %s: %w", filepath.Join(string(fsys), filepath.FromSlash(name)), err)
+		}
 		return nil
 	}
 	link, err := fsys.isSymlink(dir)
@@ -75,12 +75,8 @@ func applyDropins(c *kubeletv1beta1.KubeletConfiguration, fsys hostFS, dir strin
 			return nil, fmt.Errorf("walk --config-dir: %w", err)
 		}
 	}
-	merged, err := json.Marshal(doc)
-	if err != nil {
-		return nil, err
-	}
 	out := &kubeletv1beta1.KubeletConfiguration{}
-	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(merged, out); err != nil {
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(doc, out); err != nil {
 		return nil, fmt.Errorf("decode configuration merged from --config-dir %s: %w", dir, err)
 	}
 	setDefaults(out, false)
@@ -88,7 +84,7 @@ func applyDropins(c *kubeletv1beta1.KubeletConfiguration, fsys hostFS, dir strin
 }
 
 // readDropin reads one drop-in file as a JSON document.
-func readDropin(fsys hostFS, name string) (any, error) {
+func readDropin(fsys hostFS, name string) ([]byte, error) {
 	hostPath := filepath.Join(string(fsys), filepath.FromSlash(name))
 	b, err := fsys.readFile(name)
 	if err != nil {
@@ -109,7 +105,7 @@ func readDropin(fsys hostFS, name string) (any, error) {
 	if m["apiVersion"] != APIVersion || m["kind"] != Kind {
 		return nil, fmt.Errorf("drop-in %s: apiVersion %v kind %v, want apiVersion %s and kind %s", hostPath, m["apiVersion"], m["kind"], APIVersion, Kind)
 	}
-	return m, nil
+	return j, nil
 }
 
 // decodeJSON decodes a JSON document keeping numbers exact.
@@ -121,24 +117,4 @@ func decodeJSON(b []byte) (any, error) {
 		return nil, err
 	}
 	return v, nil
-}
-
-// mergePatch applies an RFC 7386 JSON merge patch to target.
-func mergePatch(target, patch any) any {
-	p, ok := patch.(map[string]any)
-	if !ok {
-		return patch
-	}
-	t, ok := target.(map[string]any)
-	if !ok {
-		t = map[string]any{}
-	}
-	for k, v := range p {
-		if v == nil {
-			delete(t, k)
-			continue
-		}
-		t[k] = mergePatch(t[k], v)
-	}
-	return t
 }

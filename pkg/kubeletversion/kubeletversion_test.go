@@ -18,7 +18,11 @@ func TestParse(t *testing.T) {
 		{in: "1.34.4", want: "v1.34.4"},
 		{in: "v1.38.0-alpha.0", want: "v1.38.0-alpha.0"},
 		{in: "v1.36.3+k3s1", want: "v1.36.3+k3s1"},
+		{in: " v1.37.2\n", bad: true},
 		{in: "v1.36", bad: true},
+		{in: "v1.036.3", bad: true}, // semantic versioning: no leading zero
+		{in: "v1.36.3-", bad: true},
+		{in: "v1.99999999999.0", bad: true},
 		{in: "Kubernetes v1.36.3", bad: true},
 		{in: "", bad: true},
 	} {

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 )
 
 // Version is a Kubernetes release version, as `kubelet --version` and a
@@ -28,24 +30,22 @@ type Version struct {
 // ErrParse is wrapped by Parse's errors.
 var ErrParse = errors.New("not a Kubernetes version")
 
-var versionRE = regexp.MustCompile(`^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+([0-9A-Za-z.-]+))?$`)
-
-// Parse reads a version such as "v1.37.2". The leading "v" is optional.
+// Parse reads a version such as "v1.37.2" with Kubernetes' own parser,
+// k8s.io/apimachinery's version.ParseSemantic (semantic versioning; the
+// leading "v" is optional).
 func Parse(s string) (Version, error) {
-	m := versionRE.FindStringSubmatch(s)
-	if m == nil {
-		return Version{}, fmt.Errorf("kubeletversion: %q: %w (want vMAJOR.MINOR.PATCH, e.g. v1.37.2)", s, ErrParse)
+	sv, err := utilversion.ParseSemantic(s)
+	if err != nil {
+		return Version{}, fmt.Errorf("kubeletversion: %q: %w (want vMAJOR.MINOR.PATCH, e.g. v1.37.2): %v", s, ErrParse, err)
 	}
-	var v Version
-	for i, p := range []*int{&v.Major, &v.Minor, &v.Patch} {
-		n, err := strconv.Atoi(m[i+1])
-		if err != nil {
-			return Version{}, fmt.Errorf("kubeletversion: %q: %w", s, ErrParse)
-		}
-		*p = n
+	const maxPart = 1 << 30
+	if sv.Major() > maxPart || sv.Minor() > maxPart || sv.Patch() > maxPart {
+		return Version{}, fmt.Errorf("kubeletversion: %q: %w (a part is out of range)", s, ErrParse)
 	}
-	v.Pre, v.Build = m[4], m[5]
-	return v, nil
+	return Version{
+		Major: int(sv.Major()), Minor: int(sv.Minor()), Patch: int(sv.Patch()),
+		Pre: sv.PreRelease(), Build: sv.BuildMetadata(),
+	}, nil
 }
 
 // MustParse is Parse for constants; it panics on a malformed version.
