@@ -36,9 +36,9 @@ const (
 // State is a cpu_manager_state checkpoint.
 type State struct {
 	// Format is the layout the file was read as, and the one Marshal
-	// writes: FormatV3, or else FormatV2 (a V1 file without assignments,
-	// the only V1 file hotplugd reads, is written back as V2, as the
-	// kubelet does).
+	// writes: FormatV4, FormatV3 or FormatV2 (a V1 file without
+	// assignments, the only V1 file hotplugd reads, is written back as V2,
+	// as the kubelet does).
 	Format     Format
 	PolicyName string
 	// DefaultCPUSet is the shared pool.
@@ -67,7 +67,7 @@ type State struct {
 type reader int
 
 const (
-	readV2Legacy reader = iota // 1.34, 1.35: V2 (checksum 0 or under the legacy name), else V1
+	readV2Legacy reader = iota // 1.34, 1.35: V1, else V2 (checksum 0 or under the legacy name)
 	readV2                     // 1.36 without the gate: V2 (also under its own name), else V1
 	readV3                     // 1.36 with the gate: V3, else V2, else V1
 	readV4Off                  // 1.37 without the gate: V4, else V3, else V2
@@ -142,7 +142,7 @@ func equalContent(a, b *State) bool {
 // hotplugd knows reads it, under both settings of the
 // PodLevelResourceManagers feature gate:
 //
-//   - 1.34, 1.35: V2, else V1;
+//   - 1.34, 1.35: V1, else V2;
 //   - 1.36, gate off: V2, else V1; gate on: V3, else V2 (migrated to V3),
 //     else V1;
 //   - 1.37: V4 (the data payload, verified by dataChecksum alone; a V4 file
@@ -163,7 +163,7 @@ func equalContent(a, b *State) bool {
 // words (KubeletFor gives each release's). Refused with a FormatError, where
 // hotplugd cannot judge: V1 files with assignments (keyed by container ID,
 // which only a kubelet before 1.37 can map to pods), and JSON that is not an
-// object with a policyName.
+// object with a policyName, data or dataChecksum key.
 func Parse(b []byte) (*State, error) {
 	s, err := parse(b)
 	if err != nil {
@@ -432,9 +432,11 @@ func parseSets(def string, entries map[string]map[string]string) (cpuset.CPUSet,
 func hashV3(cp *state.CPUManagerCheckpoint) uint64 { return checksum.Of(dump.ForHash(cp)) }
 
 // Marshal returns the bytes the kubelet's checkpoint code writes for s: the
-// layout of s.Format (V3, else V2), keys in the kubelet's order, entries and
-// podEntries omitted when empty, canonical CPU lists, and the checksum
-// (V2 under the legacy type name, as kubelets write it).
+// layout of s.Format (V4, V3, or V2 for FormatV2, FormatV1 and ""), keys in
+// the kubelet's order, entries and podEntries omitted when empty, canonical
+// CPU lists, and the checksums (V2, and the V2 fields beside a V4 payload,
+// under the legacy type name, as kubelets write it; V4's dataChecksum over
+// its data). Any other Format is a *FormatError (ErrUnsupportedFormat).
 func (s *State) Marshal() ([]byte, error) {
 	entries := make(map[string]map[string]string, len(s.Entries))
 	for _, pod := range slices.Sorted(maps.Keys(s.Entries)) {

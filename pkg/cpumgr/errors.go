@@ -15,10 +15,13 @@ var (
 	// LoadError.
 	ErrCorrupt = kubeletstate.ErrCorrupt
 	// ErrUnknownFormat is JSON that is not a cpu_manager_state checkpoint at
-	// all: not an object, or an object without policyName.
+	// all: not an object, or an object with no policyName, data or
+	// dataChecksum key. See FormatError.
 	ErrUnknownFormat = errors.New("not a cpu_manager_state checkpoint")
 	// ErrUnsupportedFormat is a checkpoint in a format hotplugd recognises
-	// but does not rewrite (V1 with assignments, V4). See FormatError.
+	// but does not read (from Parse and ReadFile: V1 with assignments), or
+	// a State whose Format Marshal does not write (one that is none of
+	// FormatV1 to FormatV4 nor ""). See FormatError.
 	ErrUnsupportedFormat = kubeletstate.ErrUnsupportedFormat
 	// ErrInvalidState is a state the kubelet would refuse to start with.
 	// See StartError.
@@ -85,11 +88,12 @@ func (e *LoadError) Unwrap() error { return e.err }
 // Is reports ErrCorrupt.
 func (e *LoadError) Is(target error) bool { return target == ErrCorrupt }
 
-// FormatError is a checkpoint format hotplugd recognises and refuses, or a
-// file that is not a checkpoint (Format "").
+// FormatError is a checkpoint hotplugd recognises and refuses (Parse: a V1
+// file with assignments), a file that is not a checkpoint (Parse: Format
+// ""), or a State in a format hotplugd does not write (Marshal).
 type FormatError struct {
-	// Format is the recognised format: "V1" or "V4"; "" for a file that is
-	// not a cpu_manager_state checkpoint.
+	// Format is the refused format: FormatV1 from Parse, the State's from
+	// Marshal; "" for a file that is not a cpu_manager_state checkpoint.
 	Format Format
 	// Reason says why it is refused.
 	Reason string

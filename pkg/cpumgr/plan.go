@@ -73,9 +73,11 @@ type Plan struct {
 //     ErrNeedsDrain with a plan that cannot be applied, unless
 //     cfg.AllowDrop, where New leaves them out.
 //
-// The new state is written in the layout the configured kubelet writes (V3
-// with PodLevelResourceManagers, else V2) and is checked with Validate
-// before it is returned; a rebuild that would still be refused fails with
+// The new state is written in the layout the configured kubelet writes (V4
+// for 1.37, with the kept assignments' baselines under
+// InPlacePodVerticalScalingExclusiveCPUs; V3 for 1.36 with
+// PodLevelResourceManagers; else V2) and is checked with Validate before it
+// is returned; a rebuild that would still be refused fails with
 // ErrUnrepairable. On error the plan, when not nil, says what blocks it.
 func PlanRebuild(s *State, snap *topology.Snapshot, cfg Config) (*Plan, error) {
 	online := kubeletCPUs(snap)

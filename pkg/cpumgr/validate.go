@@ -10,15 +10,18 @@ import (
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
-// Validate returns what kubelet v1.36.3's CPU manager Start says about the
-// state s on the machine snap with the configuration cfg: nil when the
-// kubelet starts, else a *StartError with the kubelet's own message. The
-// checks, in the kubelet's order:
+// Validate returns what the CPU manager Start of the kubelet cfg describes
+// (its release, cfg.Release, and gates) says about the state s on the
+// machine snap: nil when the kubelet starts, else a *StartError with the
+// kubelet's own message. The checks, in the kubelet's order:
 //
-//  1. the file loads under cfg's PodLevelResourceManagers setting (see
-//     Parse) and its policy is the configured one; both fail as "could not
-//     restore state from checkpoint: ..., please drain this node and delete
-//     the CPU manager checkpoint file ...";
+//  1. the configured policy is one the kubelet knows (else "unknown
+//     policy: ..."); then the file loads for cfg's release under its
+//     PodLevelResourceManagers setting (see Parse), its V4 baselines parse
+//     for a 1.37 kubelet with InPlacePodVerticalScalingExclusiveCPUs, and
+//     its policy is the configured one, each failing as "could not restore
+//     state from checkpoint: ..., please drain this node and delete the CPU
+//     manager checkpoint file ...";
 //  2. the none policy checks nothing more. The static policy:
 //  3. an empty default set is an error when there are assignments
 //     ("default cpuset cannot be empty"), else the kubelet fills it with

@@ -42,9 +42,9 @@ type Config struct {
 	// Uevents and HugePages replace the real sources in tests.
 	Uevents   UeventSource
 	HugePages HugePageSource
-	// OnReconcile, when set, is called after every reconcile, from the
-	// reconcile goroutine: it must not block. The node reporter and the
-	// remedy are fed this way; tests and benchmarks too.
+	// OnReconcile, when set, is called after every reconcile, after the
+	// hooks, from the reconcile goroutine: it must not block (tests and
+	// benchmarks).
 	OnReconcile func(Result)
 	// Metrics, when set, are the metrics to count on (so that other
 	// packages' metrics share the registry); nil: new ones.
@@ -118,7 +118,7 @@ type Daemon struct {
 }
 
 // AddHook has f called after every reconcile, from the reconcile
-// goroutine (it must not block). The node reporter and the remedy are fed
+// goroutine (it must not block). The control loop (pkg/control) is fed
 // this way. Call it before Run.
 func (d *Daemon) AddHook(f func(Result)) { d.hooks = append(d.hooks, f) }
 
@@ -130,8 +130,9 @@ func (d *Daemon) AddHook(f func(Result)) { d.hooks = append(d.hooks, f) }
 func (d *Daemon) AddUeventHook(f func(uevent.Event)) { d.ueventHooks = append(d.ueventHooks, f) }
 
 // AddTask runs f alongside the loop, under the same cancellation, once the
-// first snapshot was taken and the hooks have seen it (the node reporter,
-// the remedy). An error from it stops the daemon. Call it before Run.
+// first snapshot was taken and the hooks have seen it (the control loop,
+// the watches it reads and its Node writer; pkg/cpuonline). An error from
+// it stops the daemon. Call it before Run.
 func (d *Daemon) AddTask(f func(ctx context.Context) error) { d.tasks = append(d.tasks, f) }
 
 // New opens the event sources (they buffer from now on, so nothing that

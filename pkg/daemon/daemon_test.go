@@ -275,6 +275,27 @@ func TestNodeUeventRescansHugePageFiles(t *testing.T) {
 	}
 }
 
+// TestEveryReconcileRescansHugePageFiles: whatever triggers a reconcile,
+// it rescans the hugepage files before it reads the counts, as
+// pkg/hugepagewatch's doc says the caller does.
+func TestEveryReconcileRescansHugePageFiles(t *testing.T) {
+	h := start(t)
+	for i, trigger := range []func(){
+		func() {
+			h.uevents.Event(uevent.Event{Action: uevent.ActionOnline, Subsystem: "memory", DevPath: "/devices/system/memory/memory1"})
+		},
+		func() { h.hp.Changed("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages") },
+		func() { h.hp.Overflow(os.ErrDeadlineExceeded) },
+		func() { h.Trigger(debounce.TriggerSignal) },
+	} {
+		trigger()
+		r := h.settle()
+		if want := i + 2; h.hugepage.rescans != want { // the first snapshot's, and one per reconcile since
+			t.Errorf("after a reconcile on %s: rescans = %d, want %d", r.Batch.Cause, h.hugepage.rescans, want)
+		}
+	}
+}
+
 func TestReadErrorIsReportedAndRetried(t *testing.T) {
 	h := start(t)
 	h.write("proc/meminfo", "garbage\n")

@@ -7,13 +7,20 @@
 // the sd_notify status line.
 //
 // Busy is true from a trigger until its reconcile (hooks included) has
-// returned, and Idle wakes a consumer when that ends, so that the remedy
-// never acts on a machine that is being re-read and needs no polling. Run
-// returns only once every goroutine it started has returned, whatever it
-// returns with, and closes the sources after them.
+// returned, and Idle wakes a consumer when that ends, so that the control
+// loop (pkg/control) holds the remedy while the machine is being re-read,
+// without polling. Run returns only once every goroutine it started has
+// returned, whatever it returns with, and closes the sources after them.
 //
 // Data flows one way: sources -> debounced trigger -> snapshot -> diff ->
-// report. It reads sysfs and procfs under configurable roots and writes
-// nothing on the host; its hooks hand each snapshot to the control loop
-// (pkg/control), which decides what the Node and the kubelet get.
+// report -> hooks. The package reads sysfs and procfs under configurable
+// roots and itself writes nothing on the host. What acts is handed to it
+// before Run and runs under Run, with its cancellation: hooks (AddHook) get
+// every reconcile's result, uevent hooks (AddUeventHook) every relevant
+// uevent, and tasks (AddTask) run alongside the loop once the hooks have
+// seen the first snapshot. In cmd/hotplugd a hook hands each snapshot to the
+// control loop (pkg/control), a task, which patches the Node and, with
+// --remedy=restart-kubelet, has the kubelet restarted; with
+// --online-new-cpus a uevent hook and a task of pkg/cpuonline online
+// hot-added CPUs.
 package daemon

@@ -25,8 +25,10 @@
 // Watches are on files, never on directories: inotify on a sysfs directory
 // reports no attribute writes, and sysfs sends no inotify event when a
 // directory appears. NUMA nodes appear at run time (memory hot-add to a new
-// node), so the caller calls [Watcher.Rescan] on every node uevent and on
-// every periodic resync; Rescan watches new files and forgets removed ones.
+// node), so the caller calls [Watcher.Rescan] again: pkg/daemon does so at
+// the start of every reconcile, before it reads the counts, whatever
+// triggered it (a uevent, a hugepage write, an overflow, the periodic resync,
+// SIGHUP). Rescan watches new files and forgets removed ones.
 //
 // Each watched file is also held open with O_PATH. procfs gives
 // /proc/sys/vm/nr_hugepages a new inode whenever its dentry has been reclaimed

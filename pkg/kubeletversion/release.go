@@ -37,12 +37,13 @@ type CPUStateLayout string
 
 // The CPU manager checkpoint generations.
 const (
-	// CPUStateV2: reads V2 (checksum 0, or FNV over the dump under the name
-	// CPUManagerCheckpoint), else V1; writes V2. Kubelets 1.34, 1.35.
+	// CPUStateV2: reads V1, else V2 (checksum 0, or FNV over the dump under
+	// the name CPUManagerCheckpoint); writes V2. Kubelets 1.34, 1.35.
 	CPUStateV2 CPUStateLayout = "V2"
-	// CPUStateV2V3: without PodLevelResourceManagers as CPUStateV2 (and a
-	// V2 checksum under the name CPUManagerCheckpointV2 is accepted too);
-	// with it reads V3, else V2, else V1, and writes V3. Kubelet 1.36.
+	// CPUStateV2V3: without PodLevelResourceManagers reads V2 (a checksum
+	// under the name CPUManagerCheckpointV2 is accepted too), else V1, and
+	// writes V2; with it reads V3, else V2, else V1, and writes V3. Kubelet
+	// 1.36.
 	CPUStateV2V3 CPUStateLayout = "V2/V3"
 	// CPUStateV4: reads V4 (the V2 fields for older kubelets plus "data",
 	// the V3 payload with baselines as a JSON string, and "dataChecksum"),

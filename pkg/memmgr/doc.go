@@ -19,8 +19,8 @@
 // and reads every layout, migrating the older ones in memory without
 // rewriting the file.
 //
-// What it guarantees, checked against each release's own code in
-// test/kubeletcompat (1.36.3; 1.37.2 with -tags kubelet_1_37):
+// What it guarantees, checked in test/kubeletcompat against the code of
+// every kubelet release hotplugd knows (1.34.4, 1.35.4, 1.36.3 and 1.37.2):
 //
 //   - Parse decodes a file as every known kubelet's checkpoint loader does
 //     and records each one's verdict: the same checksum rules (FNV-32a over

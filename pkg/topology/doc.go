@@ -6,13 +6,21 @@
 //
 //	devices/system/cpu/{possible,present,online}
 //	devices/system/cpu/cpuN/topology/{physical_package_id,die_id,core_id}
-//	devices/system/node/nodeN/{cpuN links,meminfo}
+//	devices/system/node/nodeN/{cpulist,meminfo}
 //	devices/system/node/nodeN/hugepages/hugepages-<size>kB/nr_hugepages
 //	devices/system/memory/{block_size_bytes,auto_online_blocks,memoryN/state}
 //	kernel/mm/hugepages/hugepages-<size>kB/nr_hugepages
 //
-// and under a configurable procfs root (default /proc): meminfo and
-// sys/vm/nr_hugepages. It never writes.
+// and lists the directories whose entries are numbered or sized (cpuN,
+// nodeN, hugepages-<size>kB, memoryN). Snapshot takes a node's CPUs from the
+// cpuN links in its directory and reads every memoryN/state;
+// CapacitySnapshot takes them from the node's cpulist, does not list the
+// memoryN blocks and reads neither their state nor auto_online_blocks.
+// Under a configurable procfs root (default /proc) it reads:
+//
+//	meminfo
+//
+// It never writes.
 //
 // The kubelet takes its capacity from cAdvisor's machine info once, at start.
 // Capacity reproduces cAdvisor's rules exactly, including their quirks: with
