@@ -8,14 +8,26 @@ TOOLS         := $(CURDIR)/bin/tools
 STATICCHECK   := $(TOOLS)/staticcheck
 STATICCHECK_VERSION := v0.8.2
 COMPAT        := test/kubeletcompat
-# The real kube-apiserver, kubelet and etcd the integration tests run, built
-# once per machine from the Go module proxy (hack/kubebin.sh, ~8 min cold) and
-# cached under ~/.cache/hotplugd/kubebin.
-KUBEBIN_ENV    = HOTPLUGD_KUBEBIN="$$(hack/kubebin.sh)"
+# One flag set for every build of the suite: the tests, go vet, staticcheck's
+# export data, the programs hack/kubebin.sh builds and the binaries the tests
+# build. A package is then compiled once per release and build cache, not once
+# per tool (docs/development.md). The race detector is the exception: it needs
+# cgo (go1.26 refuses -race with CGO_ENABLED=0), and its builds are a set of
+# their own anyway, so they are kept to RACE_PKGS.
+export CGO_ENABLED := 0
+export GOFLAGS := $(strip -trimpath $(filter-out -trimpath,$(shell $(GO) env GOFLAGS 2>/dev/null)))
+# The real kube-apiserver, kubelet and etcd the integration and end-to-end
+# tests run, built once per machine from the kubelet oracle tests' module
+# (hack/kubebin.sh, sharing their compiled packages) and cached under
+# ~/.cache/hotplugd/kubebin: the current release's (v1.37.2), and the kubelet
+# of the oldest release hotplugd supports (KUBELET_OLDEST), which the
+# incidents also run on.
+KUBELET_OLDEST ?= v1.34.4
+KUBEBIN_ENV    = HOTPLUGD_KUBEBIN="$$(hack/kubebin.sh)" HOTPLUGD_KUBELET_OLDEST="$$(hack/kubebin.sh $(KUBELET_OLDEST) kubelet)/kubelet"
 # Flags for `make run`, e.g. make run ARGS="-o json".
 ARGS          ?=
 
-.PHONY: all build test unit compat e2e e2e-node e2e-node-faults node-image lint fmt bench run snapshot clean kubebin deps
+.PHONY: all build test check unit compat e2e e2e-node e2e-node-faults node-image lint fmt bench run snapshot clean kubebin deps
 
 all: build
 
@@ -33,9 +45,16 @@ snapshot: build
 
 # The Debian packages the tests need come first (as root on Debian; hack/deps.sh).
 test: deps
-## test: everything CI runs: lint, unit and privileged integration tests (against a real
-## kube-apiserver and etcd), the kubelet/cAdvisor oracle tests, the end-to-end tests
-test: lint unit compat components e2e
+## test: everything CI runs: lint, the kubelet/cAdvisor oracle tests of every release (first: the real kubelet and API
+## server of hack/kubebin.sh are linked from the packages they compile), unit and privileged integration tests (against
+## a real kube-apiserver and etcd), the kustomize components, the end-to-end tests
+test: lint compat unit components e2e
+
+## check: the inner loop, under a minute warm: gofmt, go vet and the unit tests of the packages a change touches
+## (uncommitted and untracked files, or everything since BASE: make check BASE=origin/main); hack/check.sh
+BASE ?=
+check:
+	@GO=$(GO) hack/check.sh $(BASE)
 
 ## e2e: end to end, as root, one package at a time (timings): hotplug in a nested QEMU VM (assets fetched once by
 ## hack/vm-assets.sh), a real kubelet with containerd on this machine, and a systemd node VM (test/e2e/node, its
@@ -72,17 +91,29 @@ E2E_ENV = $(KUBEBIN_ENV) HOTPLUGD_VM_ASSETS="$$(hack/vm-assets.sh)" HOTPLUGD_NOD
 deps:
 	@hack/deps.sh
 
-## kubebin: build (once) the kube-apiserver, kubelet and etcd the tests run; prints where
+## kubebin: build (once) the kube-apiserver, kubelet and etcd the tests run, and the oldest release's kubelet; prints where
 kubebin:
 	@hack/kubebin.sh
+	@hack/kubebin.sh $(KUBELET_OLDEST) kubelet
 
+# RACE_PKGS are the packages whose code starts goroutines (the control loop, the sources, the executors): their tests
+# run with the race detector, the others' without it, as they only parse and compute (cmd/hotplugd's TestRacePackages
+# checks the list against the code).
+RACE_PKGS = ./pkg/control ./pkg/cpuonline ./pkg/daemon ./pkg/debounce ./pkg/hugepagewatch ./pkg/journal \
+  ./pkg/kubeletctl ./pkg/kubeletwatch ./pkg/nodepatch ./pkg/remedy ./pkg/sdnotify ./pkg/uevent ./cmd/hotplugd
+UNIT_PKGS = $(filter-out $(patsubst ./%,$(shell $(GO) list -m)/%,$(RACE_PKGS)),$(shell $(GO) list ./...))
+
+## unit: the tests of RACE_PKGS with -race, every other package's without (the integration tests among them), and
+## hack/image's
 unit: deps kubebin
-	$(KUBEBIN_ENV) $(GO) test -race -count=1 -timeout 30m ./...
+	$(KUBEBIN_ENV) CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
+	$(KUBEBIN_ENV) $(GO) test -count=1 -timeout 30m $(UNIT_PKGS)
 	cd hack/image && $(GO) test -count=1 ./...
 
 ## compat: the kubelet oracle tests against every kubelet release hotplugd knows (1.34-1.37), each by its own
 ## code: go.mod's v1.36.3 and $(COMPAT)/modules/*.mod (hack/compat-modules.sh makes them), built with one
-## shared cache, run in parallel; one line per release with the cases that agree (hack/compat-test.sh)
+## shared cache, run in parallel; one line per release with the cases that agree (hack/compat-test.sh). hack/kubebin.sh
+## links the tests' kubelets and API server from the packages it compiled
 compat:
 	GO=$(GO) hack/compat-test.sh
 
@@ -98,18 +129,16 @@ components:
 
 monitoring: components
 
-## lint: gofmt, go vet and staticcheck over both modules (go vet also over every kubelet release's oracle build)
+## lint: gofmt, go vet and staticcheck over hotplugd's packages and hack/image; go vet over the oracle tests of go.mod's
+## kubelet release (the other releases' builds of the same files are type-checked by make compat; hack/check.sh vets
+## the release-tagged files a change touches for their own release)
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet -tags e2e ./...
 	$(STATICCHECK) -tags e2e ./...
-	cd $(COMPAT) && $(GO) vet ./... && $(STATICCHECK) ./...
-	@# go vet for every other kubelet release's build of the oracle tests (staticcheck's
-	@# loader does not take -modfile: it checks the default release only)
-	cd $(COMPAT) && for m in modules/k8s-*.mod; do v=$${m#modules/k8s-}; v=$${v%.mod}; \
-	  $(GO) vet -modfile=$$m -tags kubelet_1_$$(echo $$v | cut -d. -f2) ./... || exit 1; done
 	cd hack/image && $(GO) vet ./... && $(STATICCHECK) ./...
+	cd $(COMPAT) && $(GO) vet ./...
 
 $(STATICCHECK):
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

@@ -40,6 +40,12 @@ if [ ${#versions[@]} -eq 0 ]; then
 	done
 fi
 base="$(awk '$1=="k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$compat/go.mod")"
+# The programs hack/kubebin.sh builds from a release's module file: the
+# module's checksums cover them too, so that the tests' real kubelet and API
+# server are compiled with the very packages (and build cache) of the
+# release's oracle tests.
+kubebin_programs=(k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-apiserver
+	k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler go.etcd.io/etcd/server/v3)
 
 # generate VERSION OUT: writes OUT.mod and OUT.sum.
 generate() {
@@ -79,6 +85,10 @@ generate() {
 	# The release's module graph, from the proxy (checked against the
 	# checksum database as it enters the module cache).
 	(cd "$compat" && $GO mod download -modfile="$out.mod" all)
+	# and the modules of kubebin's programs, which are not the tests' imports.
+	(cd "$compat" && $GO list -m -modfile="$out.mod" \
+		-f '{{with .Replace}}{{if .Version}}{{.Path}}@{{.Version}}{{end}}{{else}}{{if .Version}}{{.Path}}@{{.Version}}{{end}}{{end}}' all |
+		xargs -r $GO mod download -modfile="$out.mod")
 	# Every module the tests import, at the version that graph selects, with
 	# the checksums a build needs and no more. Lookups outside the module
 	# cache are off: an import no module of the release provides (another
@@ -87,7 +97,7 @@ generate() {
 	: >"$out.sum"
 	local errs
 	errs="$(cd "$compat" && GOPROXY=off GOSUMDB=off $GO list -mod=mod -modfile="$out.mod" -tags "kubelet_1_$minor" \
-		-e -deps -test -f '{{with .Error}}{{.}}{{end}}' ./...)"
+		-e -deps -test -f '{{with .Error}}{{.}}{{end}}' ./... "${kubebin_programs[@]}")"
 	if [ -n "$errs" ]; then
 		echo "compat-modules: $v: $errs" >&2
 		return 1

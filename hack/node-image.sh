@@ -82,12 +82,12 @@ case "${1:-}" in
 	;;
 esac
 
-# The kubelet. --check must not build: it looks where hack/kubebin.sh
-# caches (the same directory and key as that script).
+# The kubelet. --check must not build: it asks hack/kubebin.sh --check
+# where that script caches it.
 if [ -n "${HOTPLUGD_KUBEBIN:-}" ]; then
 	kubelet="$HOTPLUGD_KUBEBIN/kubelet"
 elif $check; then
-	kubelet="${HOTPLUGD_KUBEBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hotplugd/kubebin}/$(cat "$root/test/kubebin/go.mod" "$root/test/kubebin/go.sum" | sha256sum | cut -c1-16)/kubelet"
+	kubelet="$("$root/hack/kubebin.sh" --check 2>/dev/null | tail -1)/kubelet"
 else
 	kubelet="$("$root/hack/kubebin.sh")/kubelet"
 fi

@@ -1,12 +1,13 @@
 package kubeapitest
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // EnvBinDir names a directory holding the programs hack/kubebin.sh builds;
@@ -75,32 +76,19 @@ func repoRoot() (string, error) {
 	}
 }
 
-// cacheDir is the directory hack/kubebin.sh builds into and prints. It must
-// compute what the script computes (TestCacheDirMatchesScript checks it):
-//
-//	key   = first 16 hex digits of sha256(test/kubebin/go.mod + go.sum)
-//	cache = ${HOTPLUGD_KUBEBIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hotplugd/kubebin}
+// cacheDir is the directory hack/kubebin.sh builds the e2e release's
+// programs into, as the script itself computes it (hack/kubebin.sh --check
+// prints it and never builds).
 func cacheDir(root string) (string, error) {
-	h := sha256.New()
-	for _, name := range []string{"go.mod", "go.sum"} {
-		b, err := os.ReadFile(filepath.Join(root, "test", "kubebin", name))
-		if err != nil {
-			return "", fmt.Errorf("kubeapitest: %w", err)
-		}
-		h.Write(b)
+	cmd := exec.Command("bash", filepath.Join(root, "hack", "kubebin.sh"), "--check")
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	dir := lines[len(lines)-1]
+	if dir == "" || !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("kubeapitest: hack/kubebin.sh --check printed no directory (%v): %s", err, strings.TrimSpace(stderr.String()))
 	}
-	key := hex.EncodeToString(h.Sum(nil))[:16]
-	cache := os.Getenv("HOTPLUGD_KUBEBIN_CACHE")
-	if cache == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home := os.Getenv("HOME")
-			if home == "" {
-				return "", errors.New("kubeapitest: neither $HOME nor $XDG_CACHE_HOME is set; set $" + EnvBinDir)
-			}
-			base = filepath.Join(home, ".cache")
-		}
-		cache = filepath.Join(base, "hotplugd", "kubebin")
-	}
-	return filepath.Join(cache, key), nil
+	return dir, nil
 }

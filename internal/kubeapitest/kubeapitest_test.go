@@ -231,8 +231,17 @@ func TestStatusPatchAnnotations(t *testing.T) {
 	}
 
 	s.Stop() // the output is complete once the processes are gone
-	if !strings.Contains(log.String(), "Version: v1.36.3") {
-		t.Errorf("Options.Log lacks kube-apiserver's version line; it has %d bytes", log.Len())
+	dir, err := BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(dir, "kube-apiserver"), "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := strings.TrimPrefix(strings.TrimSpace(string(out)), "Kubernetes ")
+	if !strings.Contains(log.String(), "Version: "+version) {
+		t.Errorf("Options.Log lacks kube-apiserver's version line (Version: %s); it has %d bytes", version, log.Len())
 	}
 }
 
@@ -261,47 +270,61 @@ func TestBinDirNotBuilt(t *testing.T) {
 	}
 }
 
-// TestCacheDirMatchesScript checks that BinDir looks where hack/kubebin.sh
-// builds to: with fake binaries at cacheDir, the script prints cacheDir. A
-// `go` that fails comes first in PATH, so a mismatch cannot start a build.
-func TestCacheDirMatchesScript(t *testing.T) {
+// TestBinDirIsTheScripts checks that BinDir looks where hack/kubebin.sh
+// builds to: under each cache setting, with fake programs in the
+// directory the script prints, BinDir returns it and the script (with a
+// `go` that fails first in PATH, so it cannot start a build) finds them.
+func TestBinDirIsTheScripts(t *testing.T) {
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, env := range []struct{ name, value string }{
 		{"HOTPLUGD_KUBEBIN_CACHE", t.TempDir()},
 		{"XDG_CACHE_HOME", t.TempDir()},
 		{"HOME", t.TempDir()},
 	} {
 		t.Run(env.name, func(t *testing.T) {
+			t.Setenv(EnvBinDir, "")
 			for _, name := range []string{"HOTPLUGD_KUBEBIN_CACHE", "XDG_CACHE_HOME"} {
 				t.Setenv(name, "")
 			}
 			t.Setenv(env.name, env.value)
-			root, err := repoRoot()
-			if err != nil {
-				t.Fatal(err)
+			if _, err := BinDir(); err == nil {
+				t.Fatal("BinDir with nothing built: no error")
 			}
 			want, err := cacheDir(root)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !strings.HasPrefix(want, env.value+string(filepath.Separator)) {
-				t.Fatalf("cacheDir = %q, not under $%s = %q", want, env.name, env.value)
+				t.Fatalf("the script's directory %q is not under $%s = %q", want, env.name, env.value)
 			}
 			if err := os.MkdirAll(want, 0o755); err != nil {
 				t.Fatal(err)
 			}
 			fakeBinaries(t, want)
+			got, err := BinDir()
+			if err != nil || got != want {
+				t.Fatalf("BinDir() = %q, %v; want %q", got, err, want)
+			}
 			stub := t.TempDir()
-			if err := os.WriteFile(filepath.Join(stub, "go"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+			script := "#!/bin/sh\n[ \"$1 $2\" = \"env GOVERSION\" ] && { echo " + strings.TrimSpace(string(goVersion)) + "; exit 0; }\nexit 1\n"
+			if err := os.WriteFile(filepath.Join(stub, "go"), []byte(script), 0o755); err != nil {
 				t.Fatal(err)
 			}
 			cmd := exec.Command("bash", filepath.Join(root, "hack", "kubebin.sh"))
 			cmd.Env = append(os.Environ(), "PATH="+stub+string(os.PathListSeparator)+os.Getenv("PATH"))
 			out, err := cmd.Output()
 			if err != nil {
-				t.Fatalf("hack/kubebin.sh: %v", err)
+				t.Fatalf("hack/kubebin.sh with the programs in place: %v", err)
 			}
 			if got := strings.TrimSpace(string(out)); got != want {
-				t.Errorf("hack/kubebin.sh printed %q, cacheDir is %q", got, want)
+				t.Errorf("hack/kubebin.sh printed %q, BinDir %q", got, want)
 			}
 		})
 	}
