@@ -27,7 +27,7 @@ KUBEBIN_ENV    = HOTPLUGD_KUBEBIN="$$(hack/kubebin.sh)" HOTPLUGD_KUBELET_OLDEST=
 # Flags for `make run`, e.g. make run ARGS="-o json".
 ARGS          ?=
 
-.PHONY: all build test check unit compat e2e e2e-node e2e-node-faults node-image lint fmt bench run snapshot clean kubebin deps
+.PHONY: all build test prefetch check unit compat e2e e2e-node e2e-node-faults node-image lint fmt bench run snapshot clean kubebin deps
 
 all: build
 
@@ -43,12 +43,20 @@ run: build
 snapshot: build
 	./bin/hotplugd snapshot $(ARGS)
 
-# The Debian packages the tests need come first (as root on Debian; hack/deps.sh).
-test: deps
+# The Debian packages the tests need come first (as root on Debian; hack/deps.sh), then the downloads of the later
+# phases start in the background (hack/prefetch.sh, logged to bin/prefetch.log).
+test: deps prefetch
 ## test: everything CI runs: lint, the kubelet/cAdvisor oracle tests of every release (first: the real kubelet and API
 ## server of hack/kubebin.sh are linked from the packages they compile), unit and privileged integration tests (against
 ## a real kube-apiserver and etcd), the kustomize components, the end-to-end tests
 test: lint compat unit components e2e
+test: E2E_PARALLEL = 1
+E2E_PARALLEL ?= 0
+
+## prefetch: start, in the background, the downloads of make test's later phases (Go modules of every module and
+## release, the VM assets); make test does it first
+prefetch:
+	@mkdir -p bin && (hack/prefetch.sh >bin/prefetch.log 2>&1 &)
 
 ## check: the inner loop, under a minute warm: gofmt, go vet and the unit tests of the packages a change touches
 ## (uncommitted and untracked files, or everything since BASE: make check BASE=origin/main); hack/check.sh
@@ -59,8 +67,9 @@ check:
 ## e2e: end to end, as root, one package at a time (timings): hotplug in a nested QEMU VM (assets fetched once by
 ## hack/vm-assets.sh), a real kubelet with containerd on this machine, and a systemd node VM (test/e2e/node, its
 ## disk image built once by hack/node-image.sh)
+## E2E_PARALLEL=1 runs the node VM beside the host's packages (hack/e2e.sh); make test sets it
 e2e: deps kubebin node-image
-	$(E2E_ENV) $(GO) test -tags e2e -count=1 -p 1 -v -timeout 60m ./test/e2e/...
+	$(E2E_ENV) E2E_PARALLEL=$(E2E_PARALLEL) GO=$(GO) hack/e2e.sh
 
 ## e2e-node: as root, only the systemd node VM: the five incidents on a Debian node with systemd, containerd and
 ## a kubeadm-laid-out kubelet, hotplugd installed as this README says; the restart withheld for staged changes and a

@@ -283,8 +283,9 @@ Flags:
 	return 0
 }
 
-// cluster sets up the node reporter, the kubelet watch and the remedy,
-// and adds their tasks and the reconcile hook to the daemon once it exists
+// cluster sets up the control loop (the Node's watch and writer), the
+// kubelet watch and the remedy, and adds their tasks and the reconcile hook
+// to the daemon once it exists
 // (the returned function). cleanup releases what it opened.
 func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*daemon.Daemon) error, cleanup func(), err error) {
 	cleanup = func() {}

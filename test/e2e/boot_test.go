@@ -17,10 +17,17 @@ import (
 // with hotplugd's drop-in (`hotplugd preflight -- <the kubelet's command
 // line>` first, its exit status ignored as ExecStartPre=- does), it starts
 // with cpu_manager_state rebuilt to "0" and its Node shows 1 CPU.
+//
+// It runs on the current kubelet release and on the oldest hotplugd
+// supports (incidentReleases).
 func TestBootPreflight(t *testing.T) {
 	s := setup(t)
+	incidentReleases(t, s, func(t *testing.T, r release) { bootPreflightIncident(t, s, r) })
+}
+
+func bootPreflightIncident(t *testing.T, s *suite, r release) {
 	m := acquireMachine(t)
-	k := startStaticKubelet(t, s)
+	k := startStaticKubeletOf(t, s, r.bin)
 	k.Stop(t)
 	m.SetCPUOnline(t, 1, false)
 	const change = "kubelet down, cpu1 offlined, kubelet started"
@@ -28,7 +35,7 @@ func TestBootPreflight(t *testing.T) {
 	t.Run("kubelet alone", func(t *testing.T) {
 		t0 := time.Now()
 		k.startRefused(t)
-		results.add(result{scenario: "3 boot (preflight)", side: "kubelet alone", change: change,
+		results.add(result{scenario: scenarioOn("3 boot (preflight)", r), side: "kubelet alone", change: change,
 			correct: "never: the kubelet exits at start (" + unquoted(cpuMismatch) + ")", restarts: k.startsSince(t0), writes: -1})
 	})
 
@@ -66,7 +73,7 @@ func TestBootPreflight(t *testing.T) {
 		if took > 5*time.Second {
 			t.Errorf("start -> Node correct took %v, want at most 5 s", took)
 		}
-		results.add(result{scenario: "3 boot (preflight)", side: "hotplugd preflight", change: change, correct: seconds(took) + " from the start",
+		results.add(result{scenario: scenarioOn("3 boot (preflight)", r), side: "hotplugd preflight", change: change, correct: seconds(took) + " from the start",
 			restarts: k.startsSince(t0), writes: 0, note: "preflight + start script " + seconds(started) + "; state rebuilt to defaultCpuSet 0 by preflight in the kubelet's start"})
 	})
 }

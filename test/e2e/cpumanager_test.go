@@ -38,10 +38,17 @@ const cpu1Online = "/sys/devices/system/cpu/cpu1/online"
 // state file is rebuilt to "0" by hotplugd preflight in the kubelet's
 // start (the restart script's, as the systemd drop-in's ExecStartPre), and
 // the Node shows 1 CPU; cpu1 back online: the same, to "0-1" and 2 CPUs.
+//
+// It runs on the current kubelet release and on the oldest hotplugd
+// supports (incidentReleases).
 func TestStaticCPUManager(t *testing.T) {
 	s := setup(t)
+	incidentReleases(t, s, func(t *testing.T, r release) { staticCPUManagerIncident(t, s, r) })
+}
+
+func staticCPUManagerIncident(t *testing.T, s *suite, r release) {
 	m := acquireMachine(t)
-	k := startStaticKubelet(t, s)
+	k := startStaticKubeletOf(t, s, r.bin)
 	const offline = "cpu1 offline while the kubelet (static CPU manager) runs"
 
 	t.Run("kubelet alone", func(t *testing.T) {
@@ -56,7 +63,7 @@ func TestStaticCPUManager(t *testing.T) {
 		// The operator's restart, without a repair.
 		k.Stop(t)
 		k.startRefused(t)
-		results.add(result{scenario: "2 static CPU manager", side: "kubelet alone", change: offline,
+		results.add(result{scenario: scenarioOn("2 static CPU manager", r), side: "kubelet alone", change: offline,
 			correct: "never (15 s watched: cpu stays 2); a restart fails: " + unquoted(cpuMismatch), restarts: k.startsSince(t0), writes: -1})
 	})
 
@@ -92,7 +99,7 @@ func TestStaticCPUManager(t *testing.T) {
 		if n := eventsWith(t, s, nodepatch.ReasonRemediated, repairedInStart) - remediated0; n != 1 {
 			t.Errorf("%d Remediated Events saying %q, want 1", n, repairedInStart)
 		}
-		results.add(result{scenario: "2 static CPU manager", side: "hotplugd", change: offline, correct: seconds(took),
+		results.add(result{scenario: scenarioOn("2 static CPU manager", r), side: "hotplugd", change: offline, correct: seconds(took),
 			restarts: k.startsSince(t0), writes: writes,
 			note: "state rebuilt to defaultCpuSet 0 by preflight in the kubelet's start; kubelet " + timeline(k, t0) + "; events " + events.String()})
 
@@ -120,7 +127,7 @@ func TestStaticCPUManager(t *testing.T) {
 		if n := eventsWith(t, s, nodepatch.ReasonRemediated, repairedInStart) - remediated0; n != 1 {
 			t.Errorf("%d Remediated Events saying %q, want 1", n, repairedInStart)
 		}
-		results.add(result{scenario: "2 static CPU manager", side: "hotplugd", change: "cpu1 back online", correct: seconds(took),
+		results.add(result{scenario: scenarioOn("2 static CPU manager", r), side: "hotplugd", change: "cpu1 back online", correct: seconds(took),
 			restarts: k.startsSince(t0), writes: writes,
 			note: "state rebuilt to defaultCpuSet 0-1 by preflight in the kubelet's start; kubelet " + timeline(k, t0) + "; events " + events.String()})
 	})
@@ -167,7 +174,14 @@ func eventsWith(t *testing.T, s *suite, reason, substr string) int {
 // machine's 2 CPUs; it skips unless 2 are online.
 func startStaticKubelet(t *testing.T, s *suite) *kubelet {
 	t.Helper()
-	k := startKubelet(t, s, staticCPUManager)
+	return startStaticKubeletOf(t, s, "")
+}
+
+// startStaticKubeletOf is startStaticKubelet with the kubelet binary bin
+// ("" for the suite's).
+func startStaticKubeletOf(t *testing.T, s *suite, bin string) *kubelet {
+	t.Helper()
+	k := startKubeletWith(t, s, kubeletSpec{Config: staticCPUManager, Binary: bin})
 	if got := quantity(getNode(t, s).Status.Capacity, v1.ResourceCPU); got != "2" {
 		t.Skipf("SKIPPED: needs exactly 2 CPUs online to start with, the kubelet reports %s", got)
 	}

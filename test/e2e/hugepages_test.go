@@ -21,10 +21,17 @@ const hugepages2Mi v1.ResourceName = "hugepages-2Mi"
 // after one restart hotplugd asked of the kubelet's supervisor (whose
 // start ran hotplugd preflight, which had nothing to repair), and the
 // condition is False again.
+//
+// It runs on the current kubelet release and on the oldest hotplugd
+// supports (incidentReleases).
 func TestHugepages(t *testing.T) {
 	s := setup(t)
+	incidentReleases(t, s, func(t *testing.T, r release) { hugepagesIncident(t, s, r) })
+}
+
+func hugepagesIncident(t *testing.T, s *suite, r release) {
 	m := acquireMachine(t)
-	k := startKubelet(t, s, "")
+	k := startKubeletWith(t, s, kubeletSpec{Binary: r.bin})
 	base := getNode(t, s)
 	if got := quantity(base.Status.Capacity, hugepages2Mi); got != "0" {
 		t.Fatalf("the kubelet started with hugepages-2Mi %q, want 0 (hugepages left reserved on this machine?)", got)
@@ -54,7 +61,7 @@ func TestHugepages(t *testing.T) {
 		if _, alive := k.pid(); !alive || !k.healthy() {
 			t.Fatalf("the kubelet is not running: the watch proves nothing; end of its log:\n%s", k.logTail(3000))
 		}
-		results.add(result{scenario: "1 hugepages", side: "kubelet alone", change: change,
+		results.add(result{scenario: scenarioOn("1 hugepages", r), side: "kubelet alone", change: change,
 			correct: "never (15 s watched: hugepages-2Mi stays 0)", restarts: k.startsSince(t0), writes: -1})
 	})
 
@@ -76,7 +83,7 @@ func TestHugepages(t *testing.T) {
 		checkStartPreflight(t, k, offset) // no state file to repair
 		writes := settleWrites(t, d) - writes0
 		events := remediatedOnce(t, s, events0)
-		results.add(result{scenario: "1 hugepages", side: "hotplugd", change: change, correct: seconds(took),
+		results.add(result{scenario: scenarioOn("1 hugepages", r), side: "hotplugd", change: change, correct: seconds(took),
 			restarts: k.startsSince(t0), writes: writes, note: "kubelet " + timeline(k, t0) + "; events " + events.String()})
 	})
 }

@@ -198,6 +198,9 @@ type kubeletSpec struct {
 	RootDir string
 	// Flags are added to its command line, after the harness's own.
 	Flags []string
+	// Binary is the kubelet binary; "" for the suite's (the current
+	// release's, hack/kubebin.sh).
+	Binary string
 	// KubeadmLayout puts its root directory at /var/lib/kubelet and its
 	// configuration at /var/lib/kubelet/config.yaml, where kubeadm puts
 	// them and where hotplugd's DaemonSet mounts them. /var/lib/kubelet
@@ -241,7 +244,11 @@ func startKubeletWith(t *testing.T, s *suite, spec kubeletSpec) *kubelet {
 		k.RootDir = filepath.Clean(spec.RootDir)
 		t.Cleanup(func() { os.RemoveAll(k.RootDir) }) // after the host restore (the unmount)
 	}
-	k.Args = append([]string{s.kubeletBin, "--kubeconfig=" + s.kubeconfig, "--config=" + k.Config, k.rootDirArg(),
+	bin := s.kubeletBin
+	if spec.Binary != "" {
+		bin = spec.Binary
+	}
+	k.Args = append([]string{bin, "--kubeconfig=" + s.kubeconfig, "--config=" + k.Config, k.rootDirArg(),
 		"--cert-dir=" + filepath.Join(dir, "pki"), "--hostname-override=" + nodeName}, spec.Flags...)
 	// Recorded before the root directory is made: a /var/lib/kubelet
 	// (KubeadmLayout) that was missing is removed when t ends.

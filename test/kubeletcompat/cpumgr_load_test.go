@@ -113,7 +113,7 @@ func indent(t *testing.T, s string) []byte {
 // PodLevelResourceManagers gate, on 8 CPUs with 1 reserved: where hotplugd
 // reads a file (Parse) and validates it, its verdict is the kubelet's word
 // for word; where it refuses a format (FormatError), the kubelet refuses the
-// file too, except V4, which hotplugd refuses on purpose.
+// file too.
 func TestCPUManagerLoadMatchesKubelet(t *testing.T) {
 	inputs := cpuLoadInputs(t)
 	for _, gate := range []bool{false, true} {
@@ -153,11 +153,6 @@ func TestCPUManagerLoadMatchesKubelet(t *testing.T) {
 	}
 }
 
-// TestCPUManagerV4 records the one format hotplugd refuses although
-// kubelet v1.36.3 reads it: a V4 file (data/dataChecksum, from a newer
-// kubelet) keeps the V3 fields inline with checksum 0, which v1.36.3 loads
-// as V2 without a check. hotplugd cannot verify the payload and leaves the
-// file to a person.
 // TestCPUManagerV4: a 1.37 (V4) file with a payload that does not verify,
 // beside valid V2 fields: kubelet 1.37 refuses it, older kubelets read the
 // V2 fields; hotplugd says what the kubelet under test says.
