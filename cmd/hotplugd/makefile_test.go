@@ -15,18 +15,18 @@ import (
 // raceExempt are packages whose code is concurrent but that make unit runs
 // without the race detector, each for its reason.
 var raceExempt = map[string]string{
-	"internal/daemontest":        "test helper: reads a child process's output",
-	"internal/kubeapitest":       "test helper: runs etcd and the API server as child processes",
-	"internal/qemutest":          "test helper: runs QEMU",
-	"internal/faultpoint":        "compiled in only with the faultinject tag, for the end-to-end tests",
-	"internal/hacktool":          "test helper: runs hack/tool.sh once",
-	"test/e2e/images/pause":      "a container image's program",
-	"test/e2e/images/workload":   "a container image's program",
-	"test/e2e/node/probed":       "a container image's program",
-	"test/e2e/vm/guestinit":      "the VM's init, run in the guest",
-	"test/systemd":               "test helper: runs a standalone journald",
-	"internal/machinetest":       "test helper",
-	"test/e2e/node/agent":        "the node VM's agent, run in the guest",
+	"internal/daemontest":      "test helper: reads a child process's output",
+	"internal/kubeapitest":     "test helper: runs etcd and the API server as child processes",
+	"internal/qemutest":        "test helper: runs QEMU",
+	"internal/faultpoint":      "compiled in only with the faultinject tag, for the end-to-end tests",
+	"internal/hacktool":        "test helper: runs hack/tool.sh once",
+	"test/e2e/images/pause":    "a container image's program",
+	"test/e2e/images/workload": "a container image's program",
+	"test/e2e/node/probed":     "a container image's program",
+	"test/e2e/vm/guestinit":    "the VM's init, run in the guest",
+	"test/systemd":             "test helper: runs a standalone journald",
+	"internal/machinetest":     "test helper",
+	"test/e2e/node/agent":      "the node VM's agent, run in the guest",
 }
 
 // TestRacePackages checks the Makefile's RACE_PKGS, the packages make unit
