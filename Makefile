@@ -77,7 +77,7 @@ e2e: deps kubebin node-image
 ## remedy (one trial per moment; make e2e-node-faults runs more), a Service's ready pod through a remedy (its
 ## EndpointSlice watched)
 e2e-node: deps kubebin node-image
-	$(E2E_ENV) $(GO) test -tags e2e -count=1 -v -timeout 40m ./test/e2e/node/
+	$(E2E_ENV) $(GO) test -tags e2e -vet=off -count=1 -v -timeout 40m ./test/e2e/node/
 
 ## e2e-node-faults: as root, scenario 10 alone (TestNodeFaults: one boot of the node VM with 5 CPUs) at
 ## $(FAULT_TRIALS) trials per moment (make e2e-node runs one): hotplugd's unit and the DaemonSet's pod killed with
@@ -86,7 +86,7 @@ e2e-node: deps kubebin node-image
 ## most one restart
 FAULT_TRIALS ?= 20
 e2e-node-faults: deps kubebin node-image
-	$(E2E_ENV) HOTPLUGD_NODE_FAULT_TRIALS=$(FAULT_TRIALS) $(GO) test -tags e2e -count=1 -v -timeout 4h -run '^TestNodeFaults$$' ./test/e2e/node/
+	$(E2E_ENV) HOTPLUGD_NODE_FAULT_TRIALS=$(FAULT_TRIALS) $(GO) test -tags e2e -vet=off -count=1 -v -timeout 4h -run '^TestNodeFaults$$' ./test/e2e/node/
 
 ## node-image: fetch QEMU and the kernel (hack/vm-assets.sh) and build the node VM's disk image
 ## (hack/node-image.sh), each once per machine and cached under ~/.cache/hotplugd/vm
@@ -113,11 +113,12 @@ RACE_PKGS = ./pkg/control ./pkg/cpuonline ./pkg/daemon ./pkg/debounce ./pkg/huge
 UNIT_PKGS = $(filter-out $(patsubst ./%,$(shell $(GO) list -m)/%,$(RACE_PKGS)),$(shell $(GO) list ./...))
 
 ## unit: the tests of RACE_PKGS with -race, every other package's without (the integration tests among them), and
-## hack/image's
+## hack/image's. -vet=off here and in every go test of make test: make lint has vetted these packages with every
+## analyzer, and go test's own vet would analyze every dependency again, for facts, once per flag set
 unit: deps kubebin
-	$(KUBEBIN_ENV) CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
-	$(KUBEBIN_ENV) $(GO) test -count=1 -timeout 30m $(UNIT_PKGS)
-	cd hack/image && $(GO) test -count=1 ./...
+	$(KUBEBIN_ENV) CGO_ENABLED=1 $(GO) test -vet=off -race -count=1 -timeout 30m $(RACE_PKGS)
+	$(KUBEBIN_ENV) $(GO) test -vet=off -count=1 -timeout 30m $(UNIT_PKGS)
+	cd hack/image && $(GO) test -vet=off -count=1 ./...
 
 ## compat: the kubelet oracle tests against every kubelet release hotplugd knows (1.34-1.37), each by its own
 ## code: go.mod's v1.36.3 and $(COMPAT)/modules/*.mod (hack/compat-modules.sh makes them), built with one
@@ -134,7 +135,7 @@ compat:
 ## promtool about 4 min cold)
 components:
 	@hack/tool.sh kustomize >/dev/null && hack/tool.sh promtool >/dev/null
-	HOTPLUGD_KUSTOMIZE="$$(hack/tool.sh kustomize)" HOTPLUGD_PROMTOOL="$$(hack/tool.sh promtool)" $(GO) test -count=1 -v ./test/components/
+	HOTPLUGD_KUSTOMIZE="$$(hack/tool.sh kustomize)" HOTPLUGD_PROMTOOL="$$(hack/tool.sh promtool)" $(GO) test -vet=off -count=1 -v ./test/components/
 
 monitoring: components
 
