@@ -77,7 +77,7 @@ func staticCPUManagerIncident(t *testing.T, s *suite, r release) {
 	t.Run("hotplugd", func(t *testing.T) {
 		// Two restarts within seconds: the rate limit (default one per
 		// 10 min) is lowered for the second.
-		d := startHotplugd(t, s, k, "--remedy-interval", "1s")
+		d := startHotplugd(t, s, k, append(r.hotplugdArgs(t), "--remedy-interval", "1s")...)
 		writes0, mark, events0, offset := hotplugdWrites(t, d), d.Mark(), eventCounts(t, s), k.logSize()
 		remediated0 := eventsWith(t, s, nodepatch.ReasonRemediated, repairedInStart)
 		t0 := time.Now()

@@ -66,7 +66,7 @@ func hugepagesIncident(t *testing.T, s *suite, r release) {
 	})
 
 	t.Run("hotplugd", func(t *testing.T) {
-		d := startHotplugd(t, s, k)
+		d := startHotplugd(t, s, k, r.hotplugdArgs(t)...)
 		defer d.Stop() // before the hugepages are given back (a drift again)
 		writes0, mark, events0, offset := hotplugdWrites(t, d), d.Mark(), eventCounts(t, s), k.logSize()
 		t0 := time.Now()

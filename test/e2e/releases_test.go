@@ -22,6 +22,27 @@ type release struct {
 	bin     string // "" for the suite's kubelet
 }
 
+// hotplugdArgs are the flags hotplugd needs to restart this kubelet in the
+// incidents, which run no pod: --allow-readiness-reset where a restart of
+// the release resets every container's readiness (1.34), which hotplugd
+// otherwise withholds (pkg/kubeletversion; the withheld restart has its own
+// tests).
+func (r release) hotplugdArgs(t *testing.T) []string {
+	t.Helper()
+	v, err := kubeletversion.Parse(r.version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := kubeletversion.Lookup(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rel.ResetsReadinessOnRestart(nil) {
+		return []string{"--allow-readiness-reset"}
+	}
+	return nil
+}
+
 // label is the release as the results table shows it.
 func (r release) label() string { return "kubelet " + r.version }
 
