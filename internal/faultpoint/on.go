@@ -22,7 +22,12 @@ func Hit(point string) {
 	}
 	hold, err := time.ParseDuration(os.Getenv("HOTPLUGD_FAULTPOINT_HOLD"))
 	if err != nil {
-		select {} // until killed
+		// Until killed. Not select{}: in a process with no other
+		// goroutine (hotplugd preflight) built without cgo, the runtime
+		// calls that a deadlock and exits.
+		for {
+			time.Sleep(time.Hour)
+		}
 	}
 	time.Sleep(hold)
 }
