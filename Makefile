@@ -19,7 +19,7 @@ export GOFLAGS := $(strip -trimpath $(filter-out -trimpath,$(shell $(GO) env GOF
 # The real kube-apiserver, kubelet and etcd the integration and end-to-end
 # tests run, built once per machine from the kubelet oracle tests' module
 # (hack/kubebin.sh, sharing their compiled packages) and cached under
-# ~/.cache/hotplugd/kubebin: the current release's (v1.37.2), and the kubelet
+# ~/.cache/hotplugd/kubebin: v1.36.3's (hack/kubebin.sh says why not yet v1.37.2), and the kubelet
 # of the oldest release hotplugd supports (KUBELET_OLDEST), which the
 # incidents also run on.
 KUBELET_OLDEST ?= v1.34.4
