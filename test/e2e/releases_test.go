@@ -5,7 +5,6 @@ package e2e
 import (
 	"os"
 	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
@@ -42,9 +41,6 @@ func (r release) hotplugdArgs(t *testing.T) []string {
 	}
 	return nil
 }
-
-// label is the release as the results table shows it.
-func (r release) label() string { return "kubelet " + r.version }
 
 // incidentReleases runs f for each kubelet the incidents run on, each as a
 // subtest named by its version: the suite's (the current release) and the
@@ -92,5 +88,5 @@ func scenarioOn(name string, r release) string {
 	if r.bin == "" {
 		return name
 	}
-	return name + " (" + strings.TrimPrefix(r.label(), "kubelet ") + ")"
+	return name + " (" + r.version + ")"
 }
