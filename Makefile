@@ -27,7 +27,7 @@ KUBEBIN_ENV    = HOTPLUGD_KUBEBIN="$$(hack/kubebin.sh)" HOTPLUGD_KUBELET_OLDEST=
 # Flags for `make run`, e.g. make run ARGS="-o json".
 ARGS          ?=
 
-.PHONY: all build test prefetch check unit compat e2e e2e-node e2e-node-faults node-image lint fmt bench run snapshot clean kubebin deps
+.PHONY: all build test prefetch check race-pkgs unit compat e2e e2e-node e2e-node-faults node-image lint fmt bench run snapshot clean kubebin deps
 
 all: build
 
@@ -111,6 +111,10 @@ kubebin:
 RACE_PKGS = ./pkg/control ./pkg/cpuonline ./pkg/daemon ./pkg/debounce ./pkg/hugepagewatch ./pkg/journal \
   ./pkg/kubeletctl ./pkg/kubeletwatch ./pkg/nodepatch ./pkg/remedy ./pkg/sdnotify ./pkg/uevent ./cmd/hotplugd
 UNIT_PKGS = $(filter-out $(patsubst ./%,$(shell $(GO) list -m)/%,$(RACE_PKGS)),$(shell $(GO) list ./...))
+
+## race-pkgs: print RACE_PKGS (hack/check.sh reads them here)
+race-pkgs:
+	@echo $(RACE_PKGS)
 
 ## unit: the tests of RACE_PKGS with -race, every other package's without (the integration tests among them), and
 ## hack/image's. -vet=off here and in every go test of make test: make lint has vetted these packages with every

@@ -48,7 +48,7 @@ if [ -n "$out" ]; then
 	exit 1
 fi
 
-race_pkgs=" $(sed -n '/^RACE_PKGS = /,/[^\\]$/p' Makefile | sed 's/^RACE_PKGS = //; s/\\$//' | xargs) "
+race_pkgs=" $(make -s --no-print-directory race-pkgs) "
 main=() main_tests=() main_race=() image=() compat=() compat_tags=()
 for f in "${gofiles[@]}"; do
 	d="./$(dirname "$f")"
