@@ -475,9 +475,12 @@ func TestCommandOutlivesHotplugd(t *testing.T) {
 		_ = c.Restart(ctx)
 		os.Exit(0) // hotplugd dies; the command is mid-way
 	}
-	// The command waits for its starter to be gone (and reaped), then
-	// writes, as a restart prints between its stop and its start.
-	script := "p=$PPID; while kill -0 $p 2>/dev/null; do sleep 0.02; done; echo stopped the kubelet; echo started the kubelet >&2; echo done >" + marker
+	// The command waits for its starter to be gone (and reaped), then for
+	// the test's go-ahead (so the check below cannot race the command's
+	// writes under load), then writes, as a restart prints between its
+	// stop and its start.
+	goAhead := filepath.Join(dir, "go")
+	script := "p=$PPID; while kill -0 $p 2>/dev/null; do sleep 0.02; done; while [ ! -e " + goAhead + " ]; do sleep 0.02; done; echo stopped the kubelet; echo started the kubelet >&2; echo done >" + marker
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCommandOutlivesHotplugd$")
 	cmd.Env = append(os.Environ(), "HOTPLUGD_TEST_STARTER=1", "HOTPLUGD_TEST_SCRIPT="+script)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -485,6 +488,9 @@ func TestCommandOutlivesHotplugd(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("the command finished before its starter exited: the test proves nothing")
+	}
+	if err := os.WriteFile(goAhead, nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	// A bound for a command that runs for a moment after its starter.
 	deadline := time.Now().Add(20 * time.Second)
