@@ -19,7 +19,7 @@ export GOFLAGS := $(strip -trimpath $(filter-out -trimpath,$(shell $(GO) env GOF
 # The real kube-apiserver, kubelet and etcd the integration and end-to-end
 # tests run, built once per machine from the kubelet oracle tests' module
 # (hack/kubebin.sh, sharing their compiled packages) and cached under
-# ~/.cache/hotplugd/kubebin: v1.36.3's (hack/kubebin.sh says why not yet v1.37.2), and the kubelet
+# ~/.cache/hotplugd/kubebin: the current release's (v1.37.2), and the kubelet
 # of the oldest release hotplugd supports (KUBELET_OLDEST), which the
 # incidents also run on.
 KUBELET_OLDEST ?= v1.34.4
@@ -46,12 +46,13 @@ snapshot: build
 # The Debian packages the tests need come first (as root on Debian; hack/deps.sh), then the downloads of the later
 # phases start in the background (hack/prefetch.sh, logged to bin/prefetch.log).
 test: deps prefetch
-## test: everything CI runs: lint, the kubelet/cAdvisor oracle tests of every release (first: the real kubelet and API
-## server of hack/kubebin.sh are linked from the packages they compile), unit and privileged integration tests (against
-## a real kube-apiserver and etcd), the kustomize components, the end-to-end tests
-test: lint compat unit components e2e
-test: E2E_PARALLEL = 1
-E2E_PARALLEL ?= 0
+## test: everything CI runs: lint, the kubelet/cAdvisor oracle tests of every release, unit and privileged integration
+## tests (against a real kube-apiserver and etcd), the kustomize components, the end-to-end tests. The real kubelet and
+## API server (hack/kubebin.sh) and the node image come first: the node VM (test/e2e/node, the longest package) then
+## runs in the background beside every other phase (hack/test.sh), and the oracle tests reuse the kubelet packages
+## kubebin compiled
+test: kubebin node-image
+	$(E2E_ENV) GO="$(GO)" MAKE="$(MAKE)" hack/test.sh
 
 ## prefetch: start, in the background, the downloads of make test's later phases (Go modules of every module and
 ## release, the VM assets); make test does it first
@@ -67,9 +68,10 @@ check:
 ## e2e: end to end, as root, one package at a time (timings): hotplug in a nested QEMU VM (assets fetched once by
 ## hack/vm-assets.sh), a real kubelet with containerd on this machine, and a systemd node VM (test/e2e/node, its
 ## disk image built once by hack/node-image.sh)
-## E2E_PARALLEL=1 runs the node VM beside the host's packages (hack/e2e.sh); make test sets it
+## E2E_PACKAGES narrows the packages (make test runs test/e2e/node beside the other phases, hack/test.sh)
+E2E_PACKAGES ?= ./test/e2e/...
 e2e: deps kubebin node-image
-	$(E2E_ENV) E2E_PARALLEL=$(E2E_PARALLEL) GO=$(GO) hack/e2e.sh
+	$(E2E_ENV) E2E_PACKAGES="$(E2E_PACKAGES)" GO=$(GO) hack/e2e.sh
 
 ## e2e-node: as root, only the systemd node VM: the five incidents on a Debian node with systemd, containerd and
 ## a kubeadm-laid-out kubelet, hotplugd installed as this README says; the restart withheld for staged changes and a

@@ -15,7 +15,7 @@
 # only the first run on a machine pays the link (and the compilation the
 # oracle tests have not done yet).
 #
-#   hack/kubebin.sh                      the e2e's release (v1.36.3): every program
+#   hack/kubebin.sh                      the e2e's release (v1.37.2): every program
 #   hack/kubebin.sh v1.34.4 kubelet      only these programs of another release
 #   hack/kubebin.sh --check [VERSION [PROGRAM...]]
 #                                        print the directory without building;
@@ -23,11 +23,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 compat="$root/test/kubeletcompat"
-# The release the integration and end-to-end tests run: v1.36.3, the one the
-# end-to-end tests were last proven on. v1.37.2 is the goal (issue 20); its
-# run's evictions turned out to be the kubelet's disk-pressure threshold on
-# the test machine, not the release, and it has not been run again yet.
-e2e_release=v1.36.3
+# The release the integration and end-to-end tests run: the current one.
+e2e_release=v1.37.2
 GO="${GO:-go}"
 
 check=0

@@ -463,8 +463,6 @@ func TestReadTail(t *testing.T) {
 // starter is a child process (the test binary, re-run as a helper) that
 // starts the command and exits at once.
 func TestCommandOutlivesHotplugd(t *testing.T) {
-	dir := t.TempDir()
-	marker := filepath.Join(dir, "started")
 	if os.Getenv("HOTPLUGD_TEST_STARTER") == "1" {
 		c, err := NewCommand(CommandOptions{Restart: os.Getenv("HOTPLUGD_TEST_SCRIPT")})
 		if err != nil {
@@ -475,6 +473,9 @@ func TestCommandOutlivesHotplugd(t *testing.T) {
 		_ = c.Restart(ctx)
 		os.Exit(0) // hotplugd dies; the command is mid-way
 	}
+	// (The starter makes no directory: it exits without its cleanup.)
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "started")
 	// The command waits for its starter to be gone (and reaped), then for
 	// the test's go-ahead (so the check below cannot race the command's
 	// writes under load), then writes, as a restart prints between its

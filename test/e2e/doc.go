@@ -1,7 +1,7 @@
 //go:build e2e
 
 // Package e2e reproduces the incidents hotplugd exists for, end to end, on
-// this machine: a real kubelet (v1.36.3, hack/kubebin.sh; the hugepages and static CPU manager incidents also on
+// this machine: a real kubelet (v1.37.2, hack/kubebin.sh; the hugepages, static CPU manager and boot incidents also on
 // the oldest release hotplugd supports, v1.34.4, $HOTPLUGD_KUBELET_OLDEST)
 // on Debian's containerd, registered with a real kube-apiserver and etcd
 // (internal/kubeapitest), and hotplugd as a separate process asking for

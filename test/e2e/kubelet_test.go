@@ -86,6 +86,16 @@ authentication:
 authorization:
   mode: AlwaysAllow
 nodeStatusUpdateFrequency: 1s
+# The kubelet's own memory threshold, but disk thresholds that only a full
+# disk reaches: the disk is the machine's, shared with the suite's build
+# caches, and the default imagefs.available<15% evicted the test's pods on
+# a machine with 15% free (disk pressure is not what these tests test).
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+  imagefs.inodesFree: 1%
 podLogsDir: {{.Dir}}/pod-logs
 volumePluginDir: {{.Dir}}/volume-plugins
 {{.Extra}}`

@@ -434,7 +434,7 @@ func testReadmission(t *testing.T, s *suite, m *machinetest.Machine, img image, 
 			seconds(nodeShrunk), addAt, strings.Join(got, "; "))})
 }
 
-// wantRejected is what the kubelet (v1.36.3) does to the pods, oldest
+// wantRejected is what the kubelet (v1.37.2, as v1.36.3 did) does to the pods, oldest
 // first, when it re-admits them against the new allocatable: those that
 // still fit are kept (same container, never not Ready); the others get the
 // Event OutOfcpu or OutOfmemory and their containers are stopped (Killing)
