@@ -1,6 +1,7 @@
 package kubeletconfig
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -37,7 +38,10 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	if os.Getenv(fakeKubeletEnv) == "1" {
-		// Killed by the test; the deadline only guards against leaks.
+		// Running: its exec is complete, argv in place (startFakeKubelet
+		// waits for this line). Killed by the test; the deadline only
+		// guards against leaks.
+		fmt.Println("ready")
 		time.Sleep(2 * time.Minute)
 		os.Exit(0)
 	}
@@ -657,24 +661,7 @@ func TestDiscoverRealProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := &exec.Cmd{
-		Path: self,
-		Args: []string{"kubelet", "--config", "cfg.yaml", "--root-dir", filepath.Join(dir, "root"), "--v=2", "--fail-swap-on"},
-		Dir:  dir,
-		Env:  append(os.Environ(), fakeKubeletEnv+"=1"),
-		// The fake kubelet dies with the test.
-		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-
-	// cmd.Start returns once the new program runs, so its argv is in place.
+	pid := startFakeKubelet(t, self, dir, "--config", "cfg.yaml", "--root-dir", filepath.Join(dir, "root"), "--v=2", "--fail-swap-on")
 	k, err := Discover("/proc")
 	if errors.Is(err, ErrAmbiguous) && strings.Contains(err.Error(), strconv.Itoa(pid)) {
 		t.Skipf("another kubelet runs on this machine: %v", err)
@@ -735,15 +722,7 @@ func TestDiscoverWithoutPtraceAccess(t *testing.T) {
 		{"relative config", "cfg.yaml", "no ptrace access to the kubelet: give --kubelet-config"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			kubelet := &exec.Cmd{
-				Path: self, Args: []string{"kubelet", "--config", tt.config}, Dir: dir,
-				Env:         append(os.Environ(), fakeKubeletEnv+"=1"),
-				SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
-			}
-			if err := kubelet.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = kubelet.Process.Kill(); _ = kubelet.Wait() })
+			startFakeKubelet(t, self, dir, "--config", tt.config)
 			out, err := exec.Command(setpriv, "--bounding-set=-all", "--inh-caps=-all", "--", "env", discoverEnv+"=1", self).CombinedOutput()
 			if err != nil {
 				t.Fatalf("%v: %s", err, out)
@@ -756,6 +735,41 @@ func TestDiscoverWithoutPtraceAccess(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startFakeKubelet starts the test binary as a stand-in kubelet process
+// (argv[0] "kubelet", then args) in dir, killed at the test's end (and with
+// the test), and returns its PID once it runs. Not as soon as exec.Cmd.Start
+// returns: Start returns when the exec has closed the close-on-exec pipe,
+// before the kernel has set the new program's argv (/proc/<pid>/cmdline is
+// empty until then; under load a Discover in that window finds no kubelet,
+// as a CI run did). The child's first line says it runs.
+func startFakeKubelet(t *testing.T, self, dir string, args ...string) int {
+	t.Helper()
+	cmd := &exec.Cmd{
+		Path: self,
+		Args: append([]string{"kubelet"}, args...),
+		Dir:  dir,
+		Env:  append(os.Environ(), fakeKubeletEnv+"=1"),
+		// The fake kubelet dies with the test.
+		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("the fake kubelet did not start: %q, %v", line, err)
+	}
+	return cmd.Process.Pid
 }
 
 // TestPodLogsDir: the kubelet's podLogsDir (its default when unset) where
