@@ -49,8 +49,8 @@ test: deps prefetch
 ## test: everything CI runs: lint, the kubelet/cAdvisor oracle tests of every release, unit and privileged integration
 ## tests (against a real kube-apiserver and etcd), the kustomize components, the end-to-end tests. The real kubelet and
 ## API server (hack/kubebin.sh) and the node image come first: the node VM (test/e2e/node, the longest package) then
-## runs in the background beside every other phase, and the host's end-to-end tests beside compat (hack/test.sh); the
-## oracle tests reuse the kubelet packages kubebin compiled
+## runs in the background beside every other phase (hack/test.sh); the oracle tests reuse the kubelet packages
+## kubebin compiled
 test: kubebin node-image
 	$(E2E_ENV) GO="$(GO)" MAKE="$(MAKE)" hack/test.sh
 

@@ -37,6 +37,16 @@ if [ ${#versions[@]} -eq 0 ]; then
 	done
 fi
 mkdir -p "$out"
+# The tests' temporary files: most cases write a machine's sysfs tree
+# (thousands of small files) and read it back, and on a tmpfs that takes a
+# third of the time it takes on this machine's disk (v1.37.2's tests: 53 s
+# on the disk, 19 s on /dev/shm). /dev/shm when it is a writable tmpfs,
+# else $TMPDIR; $COMPAT_TMPDIR chooses.
+tmp="${COMPAT_TMPDIR:-}"
+if [ -z "$tmp" ] && [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && [ -w /dev/shm ]; then
+	tmp=/dev/shm
+fi
+tmp="${tmp:-${TMPDIR:-/tmp}}"
 
 # buildflags VERSION: the module file and tag of a release.
 buildflags() {
@@ -67,7 +77,7 @@ phase() {
 		return
 	fi
 	t1=$(date +%s)
-	(cd "$compat" && $GO tool test2json -t -p "$pkg" "$out/$v.test" -test.v=test2json -test.timeout=30m \
+	(cd "$compat" && TMPDIR="$tmp" $GO tool test2json -t -p "$pkg" "$out/$v.test" -test.v=test2json -test.timeout=30m \
 		-test.skip='^TestIntegration' "${testflags[@]}") >"$out/$v.json" 2>>"$out/$v.log"
 	t2=$(date +%s)
 	echo "compat: $v: built in $((t1 - t0)) s, ran in $((t2 - t1)) s" >&2
@@ -84,7 +94,7 @@ wait
 for v in "${versions[@]}"; do
 	# Not when asked for particular tests: they ran above.
 	[ -x "$out/$v.test" ] && [ ${#testflags[@]} -eq 0 ] || continue
-	(cd "$compat" && $GO tool test2json -t -p "$pkg" "$out/$v.test" -test.v=test2json -test.timeout=30m \
+	(cd "$compat" && TMPDIR="$tmp" $GO tool test2json -t -p "$pkg" "$out/$v.test" -test.v=test2json -test.timeout=30m \
 		-test.run='^TestIntegration' "${testflags[@]}") >>"$out/$v.json" 2>>"$out/$v.log"
 done
 echo "compat: ${#versions[@]} releases in $(($(date +%s) - start)) s" >&2

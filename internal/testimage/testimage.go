@@ -48,7 +48,7 @@ const HotplugdName = "ghcr.io/hotplugd/hotplugd"
 // last, named as deploy/kubernetes names it, and how long it took.
 func Make(root string) (Image, time.Duration, error) {
 	start := time.Now()
-	out, err := exec.Command("make", "-s", "-C", root, "image").CombinedOutput()
+	out, err := exec.Command("make", "-s", "--no-print-directory", "-C", root, "image").CombinedOutput()
 	took := time.Since(start)
 	if err != nil {
 		return Image{}, took, fmt.Errorf("make image: %v\n%s", err, out)

@@ -134,7 +134,7 @@ func checkPin(t *testing.T, built string) string {
 	}
 	pinned := string(m[1])
 	// What goes into the image, as git pathspecs (the Makefile's IMAGE_INPUTS).
-	inputs, err := exec.Command("make", "-s", "-C", repoRoot, "image-inputs").Output()
+	inputs, err := exec.Command("make", "-s", "--no-print-directory", "-C", repoRoot, "image-inputs").Output()
 	if err != nil {
 		t.Fatalf("make image-inputs: %v", err)
 	}
