@@ -55,7 +55,10 @@ phase lint $MAKE lint
 phase compat $MAKE compat
 phase unit $MAKE unit
 phase components $MAKE components
-phase "e2e (host)" $MAKE e2e E2E_PACKAGES="./test/e2e/ ./test/e2e/vm/"
+# HOTPLUGD_E2E_SHARED_MACHINE: the VM may still run beside them, so a time
+# goal is reported, not asserted, up to 4 times the goal (test/e2e's
+# timeGoal); make e2e, alone on the machine, asserts it.
+phase "e2e (host)" env HOTPLUGD_E2E_SHARED_MACHINE=1 $MAKE e2e E2E_PACKAGES="./test/e2e/ ./test/e2e/vm/"
 
 echo "test: waiting for test/e2e/node ($nodelog)"
 wait $node || failed+=("e2e (node VM)")

@@ -5,9 +5,11 @@ package e2e
 import (
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -64,4 +66,29 @@ func (r *resultTable) print(w io.Writer) {
 // seconds formats d as "4.21 s".
 func seconds(d time.Duration) string {
 	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+// sharedEnv, set by make test (hack/test.sh), says this run shares the
+// machine with another phase (the node VM's QEMU on a 2-core machine): a
+// time goal is then a number to report, not a verdict, as on a machine that
+// is not idle a kubelet's start alone takes seconds longer. `make e2e` runs
+// one package at a time on an otherwise idle machine, and there a goal
+// missed fails the test. Beyond sharedSlack times the goal, it fails in
+// both: that is no longer the machine's load.
+const (
+	sharedEnv   = "HOTPLUGD_E2E_SHARED_MACHINE"
+	sharedSlack = 4
+)
+
+// timeGoal checks that what took at most goal (see sharedEnv).
+func timeGoal(t *testing.T, what string, took, goal time.Duration) {
+	t.Helper()
+	switch {
+	case took <= goal:
+	case os.Getenv(sharedEnv) == "1" && took <= sharedSlack*goal:
+		t.Logf("%s took %v, over the %v goal, on a machine shared with another phase (%s=1; make e2e holds it to the goal)",
+			what, took.Round(time.Millisecond), goal, sharedEnv)
+	default:
+		t.Errorf("%s took %v, want at most %v", what, took.Round(time.Millisecond), goal)
+	}
 }
