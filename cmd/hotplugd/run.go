@@ -59,6 +59,7 @@ type runOptions struct {
 	KubeletRootDir string
 	KubeletVersion string
 	MinMemoryDelta string
+	Heartbeat      time.Duration
 	DryRun         bool
 
 	// The remedy.
@@ -97,6 +98,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.KubeletRootDir, "kubelet-root-dir", "", "the kubelet's --root-dir, where its state files are (default: the running kubelet's, else /var/lib/kubelet)")
 	fs.StringVar(&o.KubeletVersion, "kubelet-version", "", "the kubelet's version (vX.Y.Z), which decides the rules hotplugd predicts and repairs by (default: the running kubelet's binary's --version, else that binary's answer as hotplugd preflight cached it in --state-dir at the kubelet's start, else its Node's status.nodeInfo.kubeletVersion). A kubelet hotplugd does not know (not 1.34 to 1.37, a pre-release): capacity only, report only")
 	fs.StringVar(&o.MinMemoryDelta, "min-memory-delta", "100Mi", "smallest memory difference that is drift; smaller ones (balloon drivers, kernel reservations) are logged only")
+	fs.DurationVar(&o.Heartbeat, "heartbeat-interval", 5*time.Minute, "write the condition KubeletCapacityStale again this often when nothing changed, so that its lastHeartbeatTime shows hotplugd alive: a heartbeat older than twice this means no hotplugd runs on the node (12 small nodes/status patches per node per hour at 5m; 0: write only on a change, and a dead hotplugd's condition looks current for ever)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "log what would be written to the Node and what the remedy would do; change nothing")
 
 	fs.StringVar(&o.Remedy, "remedy", string(remedy.ModeReport), "what to do about a drift: report (condition, annotations, Event) or restart-kubelet (also repair the state files and restart the kubelet once the change has settled)")
@@ -154,6 +156,9 @@ func (o *runOptions) Validate() error {
 	}
 	if o.KubeletGrace < 0 {
 		errs = append(errs, fmt.Errorf("--kubelet-grace must not be negative, not %v", o.KubeletGrace))
+	}
+	if o.Heartbeat != 0 && o.Heartbeat < time.Second {
+		errs = append(errs, fmt.Errorf("--heartbeat-interval must be 0 (off) or at least 1s, not %v (each beat is a Node write that every watcher of Nodes receives)", o.Heartbeat))
 	}
 	if o.KubeletPoll <= 0 {
 		errs = append(errs, fmt.Errorf("--kubelet-poll must be positive, not %v", o.KubeletPoll))
@@ -377,7 +382,7 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		loop, err := control.New(control.Options{
 			Config: control.Config{
 				Mode: mode, Settle: o.Settle, Interval: o.RemedyInterval, MaxPerDay: o.MaxRestartsPerDay,
-				Grace: o.KubeletGrace, MinMemoryDelta: o.minMemoryDelta,
+				Grace: o.KubeletGrace, MinMemoryDelta: o.minMemoryDelta, Heartbeat: o.Heartbeat,
 			},
 			Kubelet: watch, Node: nodes, Writer: writer, Remedy: rem, Journal: record, Observations: obs,
 			Busy: d.Busy, Idle: d.Idle, Log: log,

@@ -29,6 +29,9 @@ type Config struct {
 	Grace time.Duration
 	// MinMemoryDelta is the smallest memory difference that is drift.
 	MinMemoryDelta resource.Quantity
+	// Heartbeat is how often the condition's lastHeartbeatTime is written
+	// again when nothing changed (0: only on a change).
+	Heartbeat time.Duration
 }
 
 // Inputs are everything Decide looks at: values only.
@@ -176,7 +179,7 @@ func Decide(in Inputs) Plan {
 	if in.Node != nil {
 		ri := nodepatch.ReportInputs{
 			Node: in.Node, Prediction: pred, MinMemoryDelta: in.MinMemoryDelta, Now: in.Now,
-			Evented: in.Done.Evented, EventedKnown: in.Done.EventedKnown,
+			Evented: in.Done.Evented, EventedKnown: in.Done.EventedKnown, Heartbeat: in.Heartbeat,
 		}
 		if e, ok := in.Journal.Last(pred.Key); ok && e.Outcome != journal.OutcomeRemediated && e.Reason != "" {
 			ri.Note = nodepatch.Note{Reason: e.Reason, Message: e.Message}
@@ -193,6 +196,9 @@ func Decide(in Inputs) Plan {
 		drift = p.Node.Drift
 		if p.Node.Held != "" && !fresh.IsZero() && in.Journal.Underway == nil {
 			p.Wake = fresh
+		}
+		if p.Node.Held == "" && p.Node.NextHeartbeat.After(in.Now) {
+			p.Wake = earliest(p.Wake, p.Node.NextHeartbeat)
 		}
 		if p.Node.Patch != nil && in.Now.Before(in.Done.RetryAt) {
 			p.Node.Patch = nil

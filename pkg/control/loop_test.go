@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
 	"k8s.io/utils/dump"
 
@@ -105,6 +106,28 @@ func (f *fakeNode) kubeletStarted() {
 	f.ch = make(chan struct{})
 }
 
+// patch applies a strategic-merge patch to the Node, as the API server
+// does, and has the watch see the result.
+func (f *fakeNode) patch(data []byte) (*v1.Node, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur, err := json.Marshal(f.node)
+	if err != nil {
+		return nil, err
+	}
+	if cur, err = strategicpatch.StrategicMergePatch(cur, data, v1.Node{}); err != nil {
+		return nil, err
+	}
+	n := &v1.Node{}
+	if err := json.Unmarshal(cur, n); err != nil {
+		return nil, err
+	}
+	f.node = n
+	close(f.ch)
+	f.ch = make(chan struct{})
+	return n.DeepCopy(), nil
+}
+
 // gone: the Node cannot be seen (deleted, or never listed again).
 func (f *fakeNode) gone() {
 	f.mu.Lock()
@@ -119,14 +142,18 @@ type fakeWriter struct {
 	mu      sync.Mutex
 	patches [][]byte
 	events  []nodepatch.Event
-	fail    error // every Patch fails with it
+	fail    error     // every Patch fails with it
+	apply   *fakeNode // when set, a patch is applied to its Node, as the API server and the watch would
 }
 
 func (w *fakeWriter) Patch(_ context.Context, data []byte, _ v1.NodeCondition) (*v1.Node, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.patches = append(w.patches, data)
-	return nil, w.fail
+	if w.fail != nil || w.apply == nil {
+		return nil, w.fail
+	}
+	return w.apply.patch(data)
 }
 
 func (w *fakeWriter) count(reason string) (patches, events int) {
@@ -286,6 +313,7 @@ type rigConfig struct {
 	MaxPerDay           int
 	DryRun              bool
 	AllowReadinessReset bool
+	Heartbeat           time.Duration
 	Unit                func(context.Context, *kubeletwatch.Facts, bool) remedy.UnitVerdict
 	Busy                func() bool
 	GetNode             func(context.Context) (*v1.Node, error)
@@ -430,7 +458,7 @@ func (r *rig) start() {
 		r.t.Fatal(err)
 	}
 	r.loop, err = New(Options{
-		Config:  Config{Mode: r.o.Mode, Settle: r.o.Settle, Interval: r.o.Interval, MaxPerDay: r.o.MaxPerDay},
+		Config:  Config{Mode: r.o.Mode, Settle: r.o.Settle, Interval: r.o.Interval, MaxPerDay: r.o.MaxPerDay, Heartbeat: r.o.Heartbeat},
 		Kubelet: r.kubelet, Node: r.node, Writer: r.writer, Remedy: r.rem, Journal: r.journal, Observations: obs,
 		Busy: r.o.Busy,
 	})
@@ -1188,6 +1216,47 @@ func TestReportOnly(t *testing.T) {
 			t.Errorf("%d patches and %d CapacityDrift Events, want the drift reported: at least one patch, one Event", patches, events)
 		}
 	})
+}
+
+// TestHeartbeatWrites: the cost of the heartbeat, counted. A current Node
+// (no drift) over an hour and a half: the first write, then one write of
+// the condition every 5 minutes (12 per hour), each moving its
+// lastHeartbeatTime and nothing else; no Event. Without a heartbeat, the
+// first write only.
+func TestHeartbeatWrites(t *testing.T) {
+	for _, tc := range []struct {
+		heartbeat time.Duration
+		want      int
+	}{{5 * time.Minute, 1 + 18}, {0, 1}} {
+		t.Run(fmt.Sprint(tc.heartbeat), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				r := newRig(t, rigOptions{
+					prepare: func(r *rig) { r.node.report = reportMachine; r.writer.apply = r.node },
+					change:  func(o *rigConfig) { o.Mode = remedy.ModeReport; o.Heartbeat = tc.heartbeat },
+				})
+				after(90*time.Minute + time.Second)
+				patches, events := r.writer.count(nodepatch.ReasonCapacityDrift)
+				if patches != tc.want || events != 0 {
+					t.Errorf("%d patches and %d drift Events in 90 minutes, want %d and none", patches, events, tc.want)
+				}
+				n, _ := r.node.Node()
+				var c *v1.NodeCondition
+				for i := range n.Status.Conditions {
+					if n.Status.Conditions[i].Type == nodepatch.ConditionType {
+						c = &n.Status.Conditions[i]
+					}
+				}
+				wantBeat := start.Truncate(time.Second)
+				if tc.heartbeat > 0 {
+					wantBeat = start.Add(90 * time.Minute).Truncate(time.Second)
+				}
+				if c == nil || c.Status != v1.ConditionFalse || !c.LastHeartbeatTime.Time.Equal(wantBeat) || !c.LastTransitionTime.Time.Equal(start.Truncate(time.Second)) {
+					t.Errorf("condition %+v, want False, its transition at the start and its heartbeat at %v", c, wantBeat)
+				}
+			})
+		})
+	}
 }
 
 // TestFailedWriteSendsTheDriftEventOnce: while a failed Node write waits

@@ -81,8 +81,10 @@ const currentMessage = "the kubelet reports this machine's cpu, memory and hugep
 
 // desiredFor computes what the Node should carry. Times already on the Node
 // are kept unless what they date changed: lastTransitionTime when the
-// status flips, last-change when the detected capacity changes.
-func desiredFor(node *v1.Node, p Prediction, drift Drift, note Note, now time.Time) desired {
+// status flips, last-change when the detected capacity changes,
+// lastHeartbeatTime when the condition changes or heartbeat has passed
+// since it was written (heartbeat 0: only on a change).
+func desiredFor(node *v1.Node, p Prediction, drift Drift, note Note, now time.Time, heartbeat time.Duration) desired {
 	cond := v1.NodeCondition{
 		Type:   ConditionType,
 		Status: v1.ConditionFalse,
@@ -106,7 +108,7 @@ func desiredFor(node *v1.Node, p Prediction, drift Drift, note Note, now time.Ti
 		if old.Status == cond.Status {
 			cond.LastTransitionTime = old.LastTransitionTime
 		}
-		if sameCondition(*old, cond) {
+		if sameCondition(*old, cond) && (heartbeat <= 0 || now.Before(old.LastHeartbeatTime.Add(heartbeat))) {
 			cond.LastHeartbeatTime = old.LastHeartbeatTime
 		}
 	}
@@ -159,7 +161,7 @@ func patch(node *v1.Node, d desired) []byte {
 	if len(changed) > 0 {
 		body["metadata"] = map[string]any{"annotations": changed}
 	}
-	if old := findCondition(node); old == nil || !sameCondition(*old, d.condition) {
+	if old := findCondition(node); old == nil || !sameCondition(*old, d.condition) || !old.LastHeartbeatTime.Equal(&d.condition.LastHeartbeatTime) {
 		body["status"] = map[string]any{"conditions": []v1.NodeCondition{d.condition}}
 	}
 	if len(body) == 0 {

@@ -50,7 +50,7 @@ func TestDesiredLifecycle(t *testing.T) {
 	// 1. Drift appears: condition True, annotations set.
 	// step applies the patch and returns which parts it had.
 	step := func(now time.Time, note Note) (meta, status bool) {
-		d := desiredFor(node, pred, Compare(pred, node.Status, minDelta), note, now)
+		d := desiredFor(node, pred, Compare(pred, node.Status, minDelta), note, now, 0)
 		p := patch(node, d)
 		node = apply(t, node, p)
 		var parts map[string]json.RawMessage
@@ -77,7 +77,7 @@ func TestDesiredLifecycle(t *testing.T) {
 	}
 
 	// 2. Nothing changed: nothing to write (a daemon restart writes nothing).
-	if d := desiredFor(node, pred, Compare(pred, node.Status, minDelta), Note{}, t0.Add(time.Minute)); patch(node, d) != nil {
+	if d := desiredFor(node, pred, Compare(pred, node.Status, minDelta), Note{}, t0.Add(time.Minute), 0); patch(node, d) != nil {
 		t.Errorf("unchanged node: patch %s", patch(node, d))
 	}
 
@@ -140,5 +140,59 @@ func TestFormatResources(t *testing.T) {
 	got := FormatResources(list("memory", "1Gi", "hugepages-1Gi", "0", "cpu", "2", "hugepages-2Mi", "2Mi"))
 	if want := "cpu=2,memory=1Gi,hugepages-1Gi=0,hugepages-2Mi=2Mi"; got != want {
 		t.Errorf("FormatResources = %q, want %q", got, want)
+	}
+}
+
+// TestHeartbeat: with a heartbeat, a Node that carries what hotplugd wants
+// gets its condition's lastHeartbeatTime written again once the heartbeat
+// has passed, and only then: an hour of a current Node, woken at every
+// NextHeartbeat, is 12 patches at 5 minutes, each of the condition alone
+// (no annotation, the status and transition time kept). Without one, none.
+func TestHeartbeat(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
+	pred := Prediction{Capacity: list("cpu", "2", "memory", "1Gi")}
+	for _, tc := range []struct {
+		heartbeat time.Duration
+		want      int
+	}{{5 * time.Minute, 12}, {time.Minute, 60}, {0, 0}} {
+		node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: v1.NodeStatus{Capacity: list("cpu", "2", "memory", "1Gi")}}
+		in := ReportInputs{Node: node, Prediction: pred, MinMemoryDelta: resource.MustParse("100Mi"), Now: t0, Heartbeat: tc.heartbeat}
+		r := Reported(in)
+		node = apply(t, node, r.Patch) // the first write
+		first := *findCondition(node)
+		patches := 0
+		now := t0
+		for {
+			// Woken at the next heartbeat, or checked every minute without.
+			next := r.NextHeartbeat
+			if next.IsZero() {
+				next = now.Add(time.Minute)
+			}
+			if !next.After(now) {
+				t.Fatalf("heartbeat %v: next heartbeat %v is not after now %v (the loop would spin)", tc.heartbeat, next, now)
+			}
+			if now = next; now.After(t0.Add(time.Hour)) {
+				break
+			}
+			in.Node, in.Now = node, now
+			r = Reported(in)
+			if r.Patch == nil {
+				continue
+			}
+			patches++
+			var parts map[string]json.RawMessage
+			json.Unmarshal(r.Patch, &parts)
+			if parts["metadata"] != nil {
+				t.Errorf("heartbeat %v: a heartbeat patch rewrote annotations: %s", tc.heartbeat, r.Patch)
+			}
+			node = apply(t, node, r.Patch)
+			c := findCondition(node)
+			if !c.LastHeartbeatTime.Time.Equal(now) || !c.LastTransitionTime.Equal(&first.LastTransitionTime) || !sameCondition(*c, first) {
+				t.Errorf("heartbeat %v at %v: condition %+v, want the first (%+v) with only its heartbeat at now", tc.heartbeat, now, c, first)
+			}
+		}
+		if patches != tc.want {
+			t.Errorf("heartbeat %v: %d patches in an hour of a current Node, want %d", tc.heartbeat, patches, tc.want)
+		}
 	}
 }

@@ -39,6 +39,10 @@ type ReportInputs struct {
 	// attempt, unless it worked), appended to the condition.
 	Note Note
 	Now  time.Time
+	// Heartbeat is how often the condition's lastHeartbeatTime is written
+	// again when nothing else changed (0: only on a change), so that a
+	// reader can tell a live hotplugd's "False" from a dead one's.
+	Heartbeat time.Duration
 	// Evented is the drift message last sent as an Event, and EventedKnown
 	// whether it was set yet: until it is, the condition found on the Node
 	// says whether this drift was reported before the daemon restarted.
@@ -64,14 +68,20 @@ type Report struct {
 	Evented string
 	// Held says why writes are held ("" when not).
 	Held string
+	// NextHeartbeat is when the condition's heartbeat is next due (zero
+	// without a Heartbeat).
+	NextHeartbeat time.Time
 }
 
 // Reported computes what the Node should carry and which Events to send.
 // It is pure: the same inputs give the same report.
 func Reported(in ReportInputs) Report {
 	drift := Compare(in.Prediction, in.Node.Status, in.MinMemoryDelta)
-	want := desiredFor(in.Node, in.Prediction, drift, in.Note, in.Now)
+	want := desiredFor(in.Node, in.Prediction, drift, in.Note, in.Now, in.Heartbeat)
 	r := Report{Drift: drift, Condition: want.condition, Evented: in.Evented}
+	if in.Heartbeat > 0 {
+		r.NextHeartbeat = want.condition.LastHeartbeatTime.Add(in.Heartbeat)
+	}
 	switch {
 	case in.HoldAll != "":
 		r.Held = in.HoldAll
