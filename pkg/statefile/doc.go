@@ -7,6 +7,9 @@
 // replaces it atomically (temporary file in the same directory, fsync,
 // rename, fsync of the directory), so a crash at any point leaves the old
 // file or the new one, never a mix, and the old one is always recoverable.
+// The newest KeepBackups backups of a file are kept, older ones removed
+// after a write (PruneBackups, which hotplugd prune also runs at an
+// uninstall).
 //
 // It is a package of its own because both state files, and every later
 // repair, share this discipline.

@@ -3,14 +3,17 @@ package statefile
 import (
 	"errors"
 	"fmt"
-	"github.com/hotplugd/hotplugd/internal/faultpoint"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hotplugd/hotplugd/internal/faultpoint"
 )
 
 // MaxSize is the largest state file Read accepts. Real checkpoints are a few
@@ -101,7 +104,7 @@ func kind(m fs.FileMode) string {
 // path.hotplugd-backup-<UTC time>, e.g.
 // cpu_manager_state.hotplugd-backup-20261122T023700.123456789Z.
 func BackupPath(path string, now time.Time) string {
-	return path + ".hotplugd-backup-" + now.UTC().Format("20060102T150405.000000000Z")
+	return path + ".hotplugd-backup-" + now.UTC().Format(backupStamp)
 }
 
 // Write replaces the file at path with data. When the file exists it is
@@ -148,7 +151,63 @@ func Write(path string, data []byte, now time.Time) (backup string, err error) {
 		}
 		return backup, fmt.Errorf("statefile: write %s: %w (the previous file is unchanged)", path, err)
 	}
+	// The write is done: an older backup that cannot be removed stays.
+	PruneBackups(path, KeepBackups)
 	return backup, nil
+}
+
+// KeepBackups is how many backups of a file Write keeps: the newest.
+const KeepBackups = 5
+
+// backupStamp is the time format of BackupPath's suffix.
+const backupStamp = "20060102T150405.000000000Z"
+
+// Backups lists the backups of path (BackupPath's names, next to it),
+// oldest first. Other files, and names whose time does not parse, are not
+// backups.
+func Backups(path string) ([]string, error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("statefile: listing the backups of %s: %w", path, err)
+	}
+	prefix := base + ".hotplugd-backup-"
+	var out []string
+	for _, e := range entries {
+		stamp, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		if _, err := time.Parse(backupStamp, stamp); err != nil {
+			continue
+		}
+		out = append(out, filepath.Join(dir, e.Name()))
+	}
+	slices.Sort(out) // the stamp's fixed width sorts by time
+	return out, nil
+}
+
+// PruneBackups removes all but the newest keep backups of path and
+// returns the paths it removed. It goes on past a file it cannot remove
+// and returns the errors joined.
+func PruneBackups(path string, keep int) ([]string, error) {
+	all, err := Backups(path)
+	if err != nil || len(all) <= keep {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, b := range all[:len(all)-max(keep, 0)] {
+		if err := os.Remove(b); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("statefile: removing the backup %s: %w", b, err))
+			continue
+		}
+		removed = append(removed, b)
+	}
+	return removed, errors.Join(errs...)
 }
 
 // linkBackup makes backup a hard link to the current file: the old inode

@@ -309,6 +309,48 @@ func TestWriteKeepsEveryBackup(t *testing.T) {
 	}
 }
 
+// TestWriteKeepsTheNewestBackups: ten writes a minute apart keep the
+// newest KeepBackups backups, each the file as it was before its write;
+// other files next to it, another file's backups and a name that only
+// looks like a backup are left alone.
+func TestWriteKeepsTheNewestBackups(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state")
+	want := tree{}
+	for _, name := range []string{
+		"state.hotplugd-backup-notatime",
+		"other_state.hotplugd-backup-20200101T000000.000000000Z",
+		"state.hotplugd-backup-20200101T000000.000000000Z.dpkg-old",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want[name] = regular(0o644, "x")
+	}
+	const writes = 10
+	for i := range writes {
+		at := now.Add(time.Duration(i) * time.Minute)
+		if _, err := statefile.Write(path, []byte(fmt.Sprint("v", i)), at); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		if i >= writes-statefile.KeepBackups {
+			want[filepath.Base(statefile.BackupPath(path, at))] = regular(0o644, fmt.Sprint("v", i-1))
+		}
+	}
+	want["state"] = regular(0o644, fmt.Sprint("v", writes-1))
+	if diff := cmp.Diff(want, snapshot(t, dir)); diff != "" {
+		t.Errorf("unexpected tree (-want +got):\n%s", diff)
+	}
+	// PruneBackups(0), as hotplugd prune does at an uninstall: none left.
+	removed, err := statefile.PruneBackups(path, 0)
+	if err != nil || len(removed) != statefile.KeepBackups {
+		t.Errorf("PruneBackups(0) removed %q, %v; want the %d backups", removed, err, statefile.KeepBackups)
+	}
+	if b, err := statefile.Backups(path); err != nil || len(b) != 0 {
+		t.Errorf("after PruneBackups(0): %q, %v", b, err)
+	}
+}
+
 // TestWriteRefused covers every Write that must fail: the error names the
 // path, says the previous file is unchanged, and nothing in the directory
 // changes, the target of a symlink included and no temporary file left.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -330,6 +331,82 @@ func TestIntegrationNodeReport(t *testing.T) {
 	}
 	if w := d.Metric(`hotplugd_node_writes_total{what="status"}`); w != 0 {
 		t.Errorf("the restarted daemon wrote the status %v times, want 0", w)
+	}
+}
+
+// TestIntegrationHeartbeatAndPrune: against the real API server, a current
+// Node's condition gets its lastHeartbeatTime written again at every
+// --heartbeat-interval (status and transition time unchanged, one status
+// write each); after hotplugd stops, `hotplugd prune` removes its condition
+// and every hotplugd.io/ annotation and nothing else, and a second prune
+// finds nothing.
+func TestIntegrationHeartbeatAndPrune(t *testing.T) {
+	srv := sharedAPIServer(t)
+	c := srv.Client()
+	cfg := kubeletConfig(t)
+	capacity, allocatable := machineStatus(t, cfg)
+	node := createNode(t, c, "heartbeat", capacity, allocatable)
+	if _, err := c.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"example.com/owner":"someone"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := kubeconfigFor(t, srv)
+	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kubeconfig, "--kubelet-config", cfg,
+		"--kubelet-root-dir", t.TempDir(), "--resync", "0", "--heartbeat-interval", "1s")
+	first, _, _ := waitCondition(t, c, node, v1.ConditionFalse, 10*time.Second)
+	// Three heartbeats, each a second or more after the last.
+	last := first.LastHeartbeatTime
+	for range 3 {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			cond, _ := condition(t, c, node)
+			if cond.LastHeartbeatTime.After(last.Time) {
+				if cond.Status != v1.ConditionFalse || cond.Reason != first.Reason || !cond.LastTransitionTime.Equal(&first.LastTransitionTime) {
+					t.Fatalf("a heartbeat changed the condition: %+v, was %+v", cond, first)
+				}
+				if got := cond.LastHeartbeatTime.Sub(last.Time); got < time.Second {
+					t.Errorf("heartbeat %v after the last, want at least the interval (1s)", got)
+				}
+				last = cond.LastHeartbeatTime
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no heartbeat after %v within 5 s (interval 1s)", last)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if w := d.Metric(`hotplugd_node_writes_total{what="status"}`); w < 4 {
+		t.Errorf("%v status writes, want the first and three heartbeats", w)
+	}
+	d.Stop()
+
+	prune := func() string {
+		t.Helper()
+		out, err := exec.Command(binary, "prune", "--node-name", node, "--kubeconfig", kubeconfig).CombinedOutput()
+		if err != nil {
+			t.Fatalf("hotplugd prune: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	out := prune()
+	if !strings.Contains(out, "removed condition KubeletCapacityStale (False, CapacityCurrent); annotations hotplugd.io/") {
+		t.Errorf("hotplugd prune said %q", out)
+	}
+	cond, n := condition(t, c, node)
+	if cond != nil {
+		t.Errorf("after the prune the Node still has %+v", cond)
+	}
+	for k := range n.Annotations {
+		if strings.HasPrefix(k, nodepatch.AnnotationPrefix) {
+			t.Errorf("after the prune the Node still has the annotation %s", k)
+		}
+	}
+	if n.Annotations["example.com/owner"] != "someone" || !n.Status.Capacity.Cpu().Equal(*capacity.Cpu()) {
+		t.Errorf("the prune changed what is not hotplugd's: annotations %v, capacity %v", n.Annotations, n.Status.Capacity)
+	}
+	if out := prune(); !strings.Contains(out, "carries nothing of hotplugd's") {
+		t.Errorf("a second prune said %q", out)
 	}
 }
 

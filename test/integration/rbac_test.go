@@ -390,6 +390,9 @@ func TestIntegrationNodeRBAC(t *testing.T) {
 		{"own annotation", "node-a", "status", `{"metadata":{"annotations":{"hotplugd.io/x":"1"}}}`, ""},
 		{"own annotation through nodes", "node-a", "", `{"metadata":{"annotations":{"hotplugd.io/y":"1"}}}`, denyPatchNodes},
 		{"own annotation removed", "node-a", "status", `{"metadata":{"annotations":{"hotplugd.io/absent":null}}}`, ""},
+		// hotplugd prune's patch (nodepatch.PrunePatch), after the cases above set them.
+		{"own condition and annotations removed", "node-a", "status",
+			`{"metadata":{"annotations":{"hotplugd.io/capacity":null,"hotplugd.io/x":null}},"status":{"conditions":[{"type":"KubeletCapacityStale","$patch":"delete"}]}}`, ""},
 		{"other node's condition", "node-b", "status", stale, denyOtherNode},
 		{"other node's annotation", "node-b", "status", `{"metadata":{"annotations":{"hotplugd.io/x":"1"}}}`, denyOtherNode},
 		{"own capacity", "node-a", "status", `{"status":{"capacity":{"cpu":"1"}}}`, denyCapacity},
@@ -424,8 +427,14 @@ func TestIntegrationNodeRBAC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a.Annotations["hotplugd.io/x"] != "1" || a.Annotations["hotplugd.io/capacity"] != "cpu=1" || a.Annotations["example.com/owner"] != "someone-else" {
-			t.Errorf("node-a annotations %v", a.Annotations)
+		// Set by the allowed cases, then removed by the prune's patch.
+		if _, ok := a.Annotations["hotplugd.io/x"]; ok || a.Annotations["hotplugd.io/y"] != "" || a.Annotations["example.com/owner"] != "someone-else" {
+			t.Errorf("node-a annotations %v, want example.com/owner kept and hotplugd.io/x pruned", a.Annotations)
+		}
+		for _, c := range a.Status.Conditions {
+			if c.Type == "KubeletCapacityStale" {
+				t.Errorf("node-a still has %+v after the prune's patch", c)
+			}
 		}
 		if got := a.Status.Capacity[v1.ResourceCPU]; got.String() != "2" {
 			t.Errorf("node-a capacity cpu %s, want 2", got.String())
