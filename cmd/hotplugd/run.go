@@ -18,6 +18,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/hotplugd/hotplugd/pkg/control"
@@ -32,6 +33,7 @@ import (
 	"github.com/hotplugd/hotplugd/pkg/logging"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 	"github.com/hotplugd/hotplugd/pkg/remedy"
+	"github.com/hotplugd/hotplugd/pkg/removal"
 	"github.com/hotplugd/hotplugd/pkg/sdnotify"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 	"github.com/hotplugd/hotplugd/pkg/uevent"
@@ -74,8 +76,11 @@ type runOptions struct {
 	StateDir              string
 	KubeletPoll           time.Duration
 	KubeletGrace          time.Duration
+	PruneOnRemoval        string
 
 	minMemoryDelta resource.Quantity
+	// atStop runs after the daemon stopped on a signal (set by cluster).
+	atStop func(*zap.Logger)
 }
 
 // AddFlags registers the options on fs.
@@ -111,6 +116,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.KubeletRestartCommand, "kubelet-restart-command", "", "shell command that restarts the kubelet through its supervisor, for hosts without systemd (replaces --kubelet-unit); it runs detached, to its end, whatever becomes of hotplugd, and the kubelet's start must run `hotplugd preflight` first, as the systemd drop-in does")
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/hotplugd", "where hotplugd keeps its remedy journal (remedy.json: the restart under way, verified by the next hotplugd after a crash, and the attempts made, not repeated across restarts) and its lock (one hotplugd per node), and where it reads the kubelet binary's version as hotplugd preflight cached it at the kubelet's start ("+versionCacheName+", the drop-in's --version-cache)")
 	fs.DurationVar(&o.KubeletGrace, "kubelet-grace", 20*time.Second, "how long a kubelet that has just started (restarted by anyone) has to report its Node before a difference counts as drift")
+	fs.StringVar(&o.PruneOnRemoval, "prune-on-removal", "", "what installed this hotplugd, daemonset/NAMESPACE/NAME or systemd/UNIT: at SIGTERM, when that DaemonSet is gone or being deleted, or that unit is disabled or masked (an uninstall, not an update or a restart), hotplugd removes its condition and annotations from its Node before it exits, as hotplugd prune does. \"\": never (the uninstall runs hotplugd prune)")
 	fs.DurationVar(&o.KubeletPoll, "kubelet-poll", 5*time.Second, "how often hotplugd checks that the kubelet it knows still runs, or looks for one (its configuration files are watched with inotify)")
 }
 
@@ -169,8 +175,11 @@ func (o *runOptions) Validate() error {
 	if o.MaxRestartsPerDay < 0 {
 		errs = append(errs, fmt.Errorf("--max-restarts-per-day must not be negative, not %d", o.MaxRestartsPerDay))
 	}
-	if o.Standalone && (o.Remedy != string(remedy.ModeReport) || o.NodeName != "" || o.Kubeconfig != "") {
-		errs = append(errs, errors.New("--standalone touches no cluster: it cannot take --remedy, --node-name or --kubeconfig"))
+	if o.Standalone && (o.Remedy != string(remedy.ModeReport) || o.NodeName != "" || o.Kubeconfig != "" || o.PruneOnRemoval != "") {
+		errs = append(errs, errors.New("--standalone touches no cluster: it cannot take --remedy, --node-name, --kubeconfig or --prune-on-removal"))
+	}
+	if _, err := removal.Parse(o.PruneOnRemoval, nil, nil); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -284,6 +293,9 @@ Flags:
 		log.Error("stopped", zap.Error(err))
 		return 1
 	}
+	if o.atStop != nil && ctx.Err() != nil {
+		o.atStop(log)
+	}
 	log.Info("hotplugd stopped")
 	return 0
 }
@@ -318,9 +330,18 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 	if err != nil {
 		return nil, cleanup, err
 	}
+	detector, err := removal.Parse(o.PruneOnRemoval, client, func(ctx context.Context, unit string) (string, error) {
+		return kubeletctl.UnitFileState(ctx, "", unit)
+	})
+	if err != nil {
+		return nil, cleanup, err
+	}
+	if detector != nil {
+		o.atStop = func(log *zap.Logger) { pruneAtRemoval(detector, client, node, o.DryRun, log) }
+	}
 	nodes := nodepatch.NewWatch(client, node, log)
 	writer, err := nodepatch.NewWriter(nodepatch.WriterOptions{
-		Client: client, NodeName: node, DryRun: o.DryRun, Log: log, Registerer: metrics.Registry,
+		Client: client, NodeName: node, DryRun: o.DryRun, Log: log, Registerer: metrics.Registry, Heartbeat: o.Heartbeat,
 	})
 	if err != nil {
 		return nil, cleanup, err
@@ -415,6 +436,31 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		d.AddTask(loop.Run)
 		return nil
 	}, cleanup, nil
+}
+
+// pruneAtRemoval removes hotplugd's condition and annotations from its
+// Node when d says hotplugd is being removed; it says what it did, or why
+// not. The DaemonSet's grace period (30 s) bounds it; it takes 10 s at most.
+func pruneAtRemoval(d removal.Detector, client kubernetes.Interface, node string, dryRun bool, log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	removing, why, err := d.Removing(ctx)
+	switch {
+	case err != nil:
+		log.Warn("cannot tell whether hotplugd is being removed: its condition and annotations stay on the Node (an uninstall removes them with hotplugd prune)",
+			zap.Stringer("installed_by", d), zap.Error(err))
+		return
+	case !removing:
+		log.Info("not a removal: the condition and annotations stay on the Node for the next hotplugd", zap.String("why", why))
+		return
+	}
+	owned, err := nodepatch.Prune(ctx, client, node, dryRun)
+	if err != nil {
+		log.Error("hotplugd is being removed, but its condition and annotations could not be removed from the Node: run hotplugd prune",
+			zap.String("why", why), zap.Error(err))
+		return
+	}
+	log.Info("hotplugd is being removed: "+describeOwned(owned, dryRun)+" on the Node", zap.String("why", why), zap.String("node", node))
 }
 
 // kubeletArgs are the kubelet arguments --kubelet-config stands for; nil:

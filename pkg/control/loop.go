@@ -37,6 +37,8 @@ type NodeWriter interface {
 	Patch(ctx context.Context, data []byte, cond v1.NodeCondition) (*v1.Node, error)
 	Event(e nodepatch.Event)
 	SetStale(stale bool)
+	// SetHeartbeat publishes the heartbeat of the condition on the Node.
+	SetHeartbeat(t time.Time)
 }
 
 // Executor executes the remedy's half of a plan (*remedy.Remedier).
@@ -227,6 +229,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		if plan.NodeReported {
 			done.Evented, done.EventedKnown = plan.Node.Evented, true
 			o.Writer.SetStale(plan.Node.Drift.Stale())
+		}
+		if c := nodepatch.FindCondition(in.Node); c != nil {
+			o.Writer.SetHeartbeat(c.LastHeartbeatTime.Time)
 		}
 		if plan.Node.Patch != nil {
 			n, err := o.Writer.Patch(ctx, plan.Node.Patch, plan.Node.Condition)

@@ -175,6 +175,8 @@ func (w *fakeWriter) Event(e nodepatch.Event) {
 
 func (w *fakeWriter) SetStale(bool) {}
 
+func (w *fakeWriter) SetHeartbeat(time.Time) {}
+
 func (w *fakeWriter) reasons() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()

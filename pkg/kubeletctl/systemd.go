@@ -68,10 +68,7 @@ func NewSystemd(ctx context.Context, o SystemdOptions) (*Systemd, error) {
 	}
 	address := o.BusAddress
 	if address == "" {
-		address = os.Getenv("DBUS_SYSTEM_BUS_ADDRESS")
-	}
-	if address == "" {
-		address = defaultSystemBus
+		address = systemBus()
 	}
 	log := o.Log
 	if log == nil {
@@ -336,4 +333,35 @@ func (s *Systemd) callError(verb string, err error) error {
 
 func (s *Systemd) noSuchUnit(verb, detail string) error {
 	return fmt.Errorf("kubeletctl: %s %s: %w (%s): set --kubelet-unit to the kubelet's systemd unit, see systemctl list-units '*kubelet*'", verb, s.unit, ErrNoSuchUnit, detail)
+}
+
+// systemBus is DBUS_SYSTEM_BUS_ADDRESS, else the specification's default.
+func systemBus() string {
+	if a := os.Getenv("DBUS_SYSTEM_BUS_ADDRESS"); a != "" {
+		return a
+	}
+	return defaultSystemBus
+}
+
+// UnitFileState is systemd's UnitFileState of a unit ("enabled",
+// "disabled", "masked", ...), read over the bus at address ("": the
+// system bus) on a connection of its own.
+func UnitFileState(ctx context.Context, address, unit string) (string, error) {
+	if address == "" {
+		address = systemBus()
+	}
+	conn, err := sdbus.NewConnection(func() (*dbus.Conn, error) { return dial(ctx, address) })
+	if err != nil {
+		return "", fmt.Errorf("kubeletctl: connect to systemd on the bus at %s: %w", address, err)
+	}
+	defer conn.Close()
+	p, err := conn.GetUnitPropertyContext(ctx, unit, "UnitFileState")
+	if err != nil {
+		return "", fmt.Errorf("kubeletctl: %s: UnitFileState: %w", unit, err)
+	}
+	s, ok := p.Value.Value().(string)
+	if !ok {
+		return "", fmt.Errorf("kubeletctl: %s: UnitFileState is %v, not a string", unit, p.Value)
+	}
+	return s, nil
 }

@@ -127,6 +127,14 @@ func desiredFor(node *v1.Node, p Prediction, drift Drift, note Note, now time.Ti
 	return desired{condition: cond, annotations: ann}
 }
 
+// FindCondition is hotplugd's condition on node (nil: none, or no node).
+func FindCondition(node *v1.Node) *v1.NodeCondition {
+	if node == nil {
+		return nil
+	}
+	return findCondition(node)
+}
+
 func findCondition(node *v1.Node) *v1.NodeCondition {
 	for i := range node.Status.Conditions {
 		if node.Status.Conditions[i].Type == ConditionType {

@@ -34,6 +34,9 @@ type WriterOptions struct {
 	Registerer prometheus.Registerer
 	// RequestTimeout bounds one request (default 10s).
 	RequestTimeout time.Duration
+	// Heartbeat is the condition's heartbeat interval, published as
+	// hotplugd_heartbeat_interval_seconds (0: none).
+	Heartbeat time.Duration
 }
 
 // Writer executes the Node's half of a plan: one status patch, Events. It
@@ -45,9 +48,9 @@ type Writer struct {
 	events   record.EventBroadcaster // nil when o.Recorder was given
 	ref      *v1.ObjectReference
 	metrics  struct {
-		stale  prometheus.Gauge
-		writes *prometheus.CounterVec
-		errors prometheus.Counter
+		stale, heartbeat prometheus.Gauge
+		writes           *prometheus.CounterVec
+		errors           prometheus.Counter
 	}
 	dryRunLast string
 }
@@ -74,6 +77,15 @@ func NewWriter(o WriterOptions) (*Writer, error) {
 		Name: "hotplugd_kubelet_capacity_stale",
 		Help: "1 while the kubelet reports cpu, memory or hugepages that differ from this machine's (the KubeletCapacityStale condition), else 0.",
 	})
+	w.metrics.heartbeat = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "hotplugd_condition_heartbeat_timestamp_seconds",
+		Help: "The lastHeartbeatTime of the KubeletCapacityStale condition on the Node, as last written or seen (0 before the Node is seen with it); it moves at least every --heartbeat-interval while hotplugd can write its Node.",
+	})
+	interval := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "hotplugd_heartbeat_interval_seconds",
+		Help: "--heartbeat-interval: the condition's lastHeartbeatTime moves at least this often while hotplugd runs and can write its Node (0: only on a change).",
+	})
+	interval.Set(o.Heartbeat.Seconds())
 	w.metrics.writes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hotplugd_node_writes_total",
 		Help: "Writes to the Node that succeeded, by what was written: status (one nodes/status patch with the condition and the annotations), event.",
@@ -83,7 +95,7 @@ func NewWriter(o WriterOptions) (*Writer, error) {
 		Help: "Failed writes to the Node; each is retried with backoff.",
 	})
 	if o.Registerer != nil {
-		for _, c := range []prometheus.Collector{w.metrics.stale, w.metrics.writes, w.metrics.errors} {
+		for _, c := range []prometheus.Collector{w.metrics.stale, w.metrics.heartbeat, interval, w.metrics.writes, w.metrics.errors} {
 			if err := o.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("nodepatch: %w", err)
 			}
@@ -153,6 +165,11 @@ func (w *Writer) SetStale(stale bool) {
 	} else {
 		w.metrics.stale.Set(0)
 	}
+}
+
+// SetHeartbeat sets hotplugd_condition_heartbeat_timestamp_seconds.
+func (w *Writer) SetHeartbeat(t time.Time) {
+	w.metrics.heartbeat.Set(float64(t.Unix()))
 }
 
 // Backoff is the wait before retrying writes that failed: RetryMin doubled

@@ -379,6 +379,12 @@ func TestIntegrationHeartbeatAndPrune(t *testing.T) {
 	if w := d.Metric(`hotplugd_node_writes_total{what="status"}`); w < 4 {
 		t.Errorf("%v status writes, want the first and three heartbeats", w)
 	}
+	if got := d.Metric("hotplugd_heartbeat_interval_seconds"); got != 1 {
+		t.Errorf("hotplugd_heartbeat_interval_seconds = %v, want 1", got)
+	}
+	if got := d.Metric("hotplugd_condition_heartbeat_timestamp_seconds"); got <= float64(first.LastHeartbeatTime.Unix()) {
+		t.Errorf("hotplugd_condition_heartbeat_timestamp_seconds = %v, want a heartbeat after the first (%d)", got, first.LastHeartbeatTime.Unix())
+	}
 	d.Stop()
 
 	prune := func() string {

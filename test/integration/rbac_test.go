@@ -272,6 +272,8 @@ func TestIntegrationNodeRBAC(t *testing.T) {
 		"ServiceAccount " + hotplugdNamespace + "/" + hotplugdAccount,
 		"ClusterRole hotplugd",
 		"ClusterRoleBinding hotplugd",
+		"Role " + hotplugdNamespace + "/hotplugd",
+		"RoleBinding " + hotplugdNamespace + "/hotplugd",
 		"ValidatingAdmissionPolicy hotplugd-own-node",
 		"ValidatingAdmissionPolicyBinding hotplugd-own-node",
 		"DaemonSet " + hotplugdNamespace + "/hotplugd",
@@ -300,6 +302,22 @@ func TestIntegrationNodeRBAC(t *testing.T) {
 		wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: hotplugdAccount, Namespace: hotplugdNamespace}}
 		if diff := cmp.Diff(wantSubjects, binding.Subjects); diff != "" {
 			t.Errorf("ClusterRoleBinding hotplugd subjects (-want +got):\n%s", diff)
+		}
+		// Its own DaemonSet, read at SIGTERM (--prune-on-removal).
+		nsRole, err := admin.RbacV1().Roles(hotplugdNamespace).Get(ctx, "hotplugd", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantNS := []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{"hotplugd"}, Verbs: []string{"get"}}}
+		if diff := cmp.Diff(wantNS, nsRole.Rules); diff != "" {
+			t.Errorf("Role hotplugd grants (-want +got):\n%s", diff)
+		}
+		nsBinding, err := admin.RbacV1().RoleBindings(hotplugdNamespace).Get(ctx, "hotplugd", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(wantSubjects, nsBinding.Subjects); diff != "" || nsBinding.RoleRef.Kind != "Role" || nsBinding.RoleRef.Name != "hotplugd" {
+			t.Errorf("RoleBinding hotplugd: roleRef %+v, subjects (-want +got):\n%s", nsBinding.RoleRef, diff)
 		}
 	})
 
@@ -361,6 +379,17 @@ func TestIntegrationNodeRBAC(t *testing.T) {
 	// for the DaemonSet's template.
 	token := podToken(t, admin, ds, "node-a")
 	sa := clientFor(t, s, token)
+
+	// Its own DaemonSet, by name, and no other object of its namespace.
+	if _, err := sa.AppsV1().DaemonSets(hotplugdNamespace).Get(ctx, "hotplugd", metav1.GetOptions{}); err != nil {
+		t.Errorf("hotplugd cannot read its DaemonSet: %v", err)
+	}
+	if _, err := sa.AppsV1().DaemonSets(hotplugdNamespace).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("hotplugd lists the DaemonSets of its namespace: %v, want 403", err)
+	}
+	if _, err := sa.CoreV1().Secrets(hotplugdNamespace).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("hotplugd lists the Secrets of its namespace: %v, want 403", err)
+	}
 
 	// The policy takes effect once the API server's informers have seen it
 	// and its binding: wait for a dry-run denial.

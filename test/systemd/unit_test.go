@@ -167,7 +167,7 @@ func TestUnitHardening(t *testing.T) {
 	want := map[string][]string{
 		"Type":                    {"notify"},
 		"NotifyAccess":            {"main"},
-		"ExecStart":               {installedAt + " run $HOTPLUGD_ARGS"},
+		"ExecStart":               {installedAt + " run --prune-on-removal=systemd/%n $HOTPLUGD_ARGS"},
 		"EnvironmentFile":         {"-/etc/default/hotplugd"},
 		"WatchdogSec":             {"30s"},
 		"Restart":                 {"on-failure"},
