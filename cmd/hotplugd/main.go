@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/pflag"
 )
@@ -99,6 +100,37 @@ func parseFlags(name, usage string, o options, args []string, stderr io.Writer) 
 	return 0, false
 }
 
+const envUsage = `
+Every flag can also be set in the environment as HOTPLUGD_<FLAG>, the name in
+upper case with - as _ (--dry-run: HOTPLUGD_DRY_RUN=true, --kubelet-root-dir:
+HOTPLUGD_KUBELET_ROOT_DIR=/var/lib/kubelet); the command line wins.
+`
+
+// EnvName is the environment variable that sets a flag: HOTPLUGD_ and the
+// flag's name in upper case with - as _.
+func EnvName(flag string) string {
+	return "HOTPLUGD_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// setFromEnv sets each flag not given on the command line from its
+// environment variable (EnvName), when set. Other HOTPLUGD_ variables
+// (HOTPLUGD_ARGS of the systemd unit) are not flags and are left alone.
+func setFromEnv(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			return
+		}
+		env := EnvName(f.Name)
+		if v, ok := lookup(env); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("$%s (--%s): %w", env, f.Name, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
 // parseFlagSet parses args into o and validates them. With dash, the
 // arguments after "--" are returned (and none are allowed before it);
 // without, every positional argument is returned for the caller to refuse.
@@ -106,12 +138,15 @@ func parseFlags(name, usage string, o options, args []string, stderr io.Writer) 
 func parseFlagSet(name, usage string, o options, args []string, stderr io.Writer, dash bool) ([]string, error) {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintf(stderr, usage, fs.FlagUsages()) }
+	fs.Usage = func() { fmt.Fprintf(stderr, usage+envUsage, fs.FlagUsages()) }
 	o.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil, err
 		}
+		return nil, fmt.Errorf("%w (see hotplugd %s --help)", err, name)
+	}
+	if err := setFromEnv(fs, os.LookupEnv); err != nil {
 		return nil, fmt.Errorf("%w (see hotplugd %s --help)", err, name)
 	}
 	rest := fs.Args()

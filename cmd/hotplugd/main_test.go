@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
 
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
 )
@@ -180,5 +183,50 @@ func TestSnapshotOptionsValidate(t *testing.T) {
 		if err := tt.o.Validate(); (err != nil) != tt.wantErr {
 			t.Errorf("Validate(%+v) = %v, wantErr %v", tt.o, err, tt.wantErr)
 		}
+	}
+}
+
+// TestFlagsFromEnvironment: HOTPLUGD_<FLAG> sets a flag the command line
+// does not give; the command line wins; a bad value names its variable;
+// other HOTPLUGD_ variables (the unit's HOTPLUGD_ARGS) are not flags.
+func TestFlagsFromEnvironment(t *testing.T) {
+	t.Setenv("HOTPLUGD_REMEDY", "restart-kubelet")
+	t.Setenv("HOTPLUGD_DRY_RUN", "true")
+	t.Setenv("HOTPLUGD_KUBELET_ROOT_DIR", "/from/env")
+	t.Setenv("HOTPLUGD_HEARTBEAT_INTERVAL", "2m")
+	t.Setenv("HOTPLUGD_ARGS", "--not-a-flag")
+	var o runOptions
+	if _, err := parseFlagSet("run", "%s", &o, []string{"--kubelet-root-dir", "/from/flag"}, io.Discard, false); err != nil {
+		t.Fatal(err)
+	}
+	if o.Remedy != "restart-kubelet" || !o.DryRun || o.Heartbeat != 2*time.Minute || o.KubeletRootDir != "/from/flag" {
+		t.Errorf("remedy %q, dry-run %v, heartbeat %v, kubelet-root-dir %q; want restart-kubelet, true, 2m from the environment and /from/flag from the command line",
+			o.Remedy, o.DryRun, o.Heartbeat, o.KubeletRootDir)
+	}
+	t.Setenv("HOTPLUGD_SETTLE", "soon")
+	_, err := parseFlagSet("run", "%s", &runOptions{}, nil, io.Discard, false)
+	if err == nil || !strings.Contains(err.Error(), "$HOTPLUGD_SETTLE (--settle)") {
+		t.Errorf("a bad value: %v, want an error naming $HOTPLUGD_SETTLE", err)
+	}
+}
+
+// TestEnvironmentNames: every flag of every command has its own variable,
+// none of them a variable hotplugd's files use for something else.
+func TestEnvironmentNames(t *testing.T) {
+	notFlags := map[string]bool{"HOTPLUGD_ARGS": true, "HOTPLUGD_PREFLIGHT_ARGS": true}
+	for name, o := range map[string]options{"run": &runOptions{}, "preflight": &preflightOptions{}, "snapshot": &snapshotOptions{}, "prune": &pruneOptions{}} {
+		fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+		o.AddFlags(fs)
+		seen := map[string]string{}
+		fs.VisitAll(func(f *pflag.Flag) {
+			env := EnvName(f.Name)
+			if other, ok := seen[env]; ok {
+				t.Errorf("%s: --%s and --%s are both %s", name, f.Name, other, env)
+			}
+			seen[env] = f.Name
+			if notFlags[env] {
+				t.Errorf("%s: --%s would be set by %s, which is not a flag", name, f.Name, env)
+			}
+		})
 	}
 }
