@@ -232,6 +232,7 @@ Flags:
 	log = log.With(zap.String("version", version))
 
 	cfg := daemon.Config{
+		Version:   version,
 		SysfsRoot: o.SysfsRoot, ProcfsRoot: o.ProcfsRoot,
 		QuietWindow: o.QuietWindow, MaxDelay: o.MaxDelay, Resync: o.Resync,
 		MetricsAddr: o.MetricsAddr,

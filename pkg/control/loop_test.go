@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
@@ -1427,4 +1430,31 @@ func TestRestartThatWouldRejectPods(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestRemedyOutcomesHaveZeroSeries: hotplugd_remedies_total has a series
+// for every outcome, at 0, before any attempt, so that increase() sees
+// each outcome's first attempt.
+func TestRemedyOutcomesHaveZeroSeries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, rigOptions{change: func(o *rigConfig) { o.Mode = remedy.ModeReport }})
+		reg := prometheus.NewRegistry()
+		if _, err := remedy.New(remedy.Options{Kubelet: r.kubelet, Node: NewObservations(), Snapshot: r.fs.Snapshot, Registerer: reg}); err != nil {
+			t.Fatal(err)
+		}
+		var want strings.Builder
+		want.WriteString("# HELP hotplugd_remedies_total Remedy attempts by outcome: remediated, failed, unverified (restarted); needs_person, refused, withheld (nothing done); interrupted, dry_run.\n# TYPE hotplugd_remedies_total counter\n")
+		outcomes := journal.Outcomes()
+		names := make([]string, len(outcomes))
+		for i, o := range outcomes {
+			names[i] = string(o)
+		}
+		slices.Sort(names)
+		for _, o := range names {
+			fmt.Fprintf(&want, "hotplugd_remedies_total{outcome=%q} 0\n", o)
+		}
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want.String()), "hotplugd_remedies_total"); err != nil {
+			t.Error(err)
+		}
+	})
 }

@@ -26,6 +26,8 @@ import (
 
 // Config is what the daemon needs; cmd/hotplugd fills it from flags.
 type Config struct {
+	// Version is hotplugd's, published as hotplugd_build_info ("": not).
+	Version string
 	// SysfsRoot and ProcfsRoot are where the topology is read.
 	SysfsRoot, ProcfsRoot string
 	// QuietWindow and MaxDelay configure the debouncer.
@@ -149,6 +151,11 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
+	}
+	if cfg.Version != "" {
+		if err := cfg.Metrics.RegisterBuildInfo(cfg.Version); err != nil {
+			return nil, fmt.Errorf("daemon: %w", err)
+		}
 	}
 	d := &Daemon{
 		cfg:       cfg,

@@ -209,7 +209,7 @@ func TestCPUOfflineIsOneChange(t *testing.T) {
 	if got := testutil.ToFloat64(m.TopologyChanges); got != 1 {
 		t.Errorf("topology changes = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m.Capacity.WithLabelValues("cpu")); got != 1 {
+	if got := testutil.ToFloat64(m.Capacity.WithLabelValues("cpu", "core")); got != 1 {
 		t.Errorf("capacity gauge cpu = %v, want 1", got)
 	}
 	if got := testutil.ToFloat64(m.Uevents.WithLabelValues("cpu", "offline")); got != 1 {

@@ -1,6 +1,9 @@
 package daemon
 
 import (
+	"runtime"
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	v1 "k8s.io/api/core/v1"
@@ -68,8 +71,8 @@ func NewMetrics() *Metrics {
 		}),
 		Capacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hotplugd_capacity",
-			Help: "Capacity a freshly started kubelet would report, by resource: cpu in cores, memory and hugepages in bytes.",
-		}, []string{"resource"}),
+			Help: "Capacity a freshly started kubelet would report, by resource and unit (core for cpu, byte for memory and hugepages: the labels of kube-state-metrics' kube_node_status_capacity).",
+		}, []string{"resource", "unit"}),
 		LastReconcile: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "hotplugd_last_reconcile_timestamp_seconds",
 			Help: "Unix time of the last successful reconcile.",
@@ -86,6 +89,31 @@ func (m *Metrics) setCapacity(c v1.ResourceList) {
 	m.Capacity.Reset()
 	for name, q := range c {
 		v := q.AsApproximateFloat64()
-		m.Capacity.WithLabelValues(string(name)).Set(v)
+		m.Capacity.WithLabelValues(string(name), Unit(name)).Set(v)
 	}
+}
+
+// Unit is kube-state-metrics' unit label of a resource, so that
+// hotplugd_capacity joins kube_node_status_capacity on (resource, unit):
+// core for cpu, byte for memory, hugepages and storage, integer otherwise.
+func Unit(name v1.ResourceName) string {
+	switch {
+	case name == v1.ResourceCPU:
+		return "core"
+	case name == v1.ResourceMemory, name == v1.ResourceEphemeralStorage, name == v1.ResourceStorage,
+		strings.HasPrefix(string(name), v1.ResourceHugePagesPrefix):
+		return "byte"
+	}
+	return "integer"
+}
+
+// RegisterBuildInfo adds hotplugd_build_info{version,goversion} 1, the
+// convention of Prometheus' own exporters.
+func (m *Metrics) RegisterBuildInfo(version string) error {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "hotplugd_build_info",
+		Help: "1, labelled with hotplugd's version and the Go release it was built with.",
+	}, []string{"version", "goversion"})
+	g.WithLabelValues(version, runtime.Version()).Set(1)
+	return m.Registry.Register(g)
 }

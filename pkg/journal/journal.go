@@ -129,6 +129,12 @@ const (
 	OutcomeUnverified Outcome = "unverified"
 )
 
+// Outcomes are every outcome, in the order of their declaration.
+func Outcomes() []Outcome {
+	return []Outcome{OutcomeRemediated, OutcomeFailed, OutcomeNeedsPerson, OutcomeDryRun, OutcomeRefused,
+		OutcomeInterrupted, OutcomeWithheld, OutcomeUnverified}
+}
+
 // Restarted says whether an attempt with this outcome asked the
 // kubelet's supervisor for a restart (what the daily budget counts).
 func (o Outcome) Restarted() bool {

@@ -210,6 +210,11 @@ func New(o Options) (*Remedier, error) {
 		Name: "hotplugd_remedies_total",
 		Help: "Remedy attempts by outcome: remediated, failed, unverified (restarted); needs_person, refused, withheld (nothing done); interrupted, dry_run.",
 	}, []string{"outcome"})
+	// A series for every outcome from the start, at 0: increase() then
+	// sees the first attempt of each.
+	for _, out := range journal.Outcomes() {
+		m.metrics.attempts.WithLabelValues(string(out))
+	}
 	m.metrics.restarts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "hotplugd_kubelet_restarts_total",
 		Help: "Kubelet restarts hotplugd asked the kubelet's supervisor for.",

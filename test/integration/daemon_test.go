@@ -20,7 +20,7 @@ const quiet = 500 * time.Millisecond // the daemon's default --quiet-window
 func TestIntegrationCPUOfflineOnline(t *testing.T) {
 	m := machinetest.Acquire(t)
 	p := startDaemon(t)
-	if p.Metric("hotplugd_capacity{resource=\"cpu\"}") != 2 {
+	if p.Metric("hotplugd_capacity{resource=\"cpu\",unit=\"core\"}") != 2 {
 		t.Skip("this test needs a machine with exactly 2 CPUs online (cpu0, cpu1)")
 	}
 
@@ -34,7 +34,7 @@ func TestIntegrationCPUOfflineOnline(t *testing.T) {
 	if got := p.Metric("hotplugd_topology_changes_total"); got != 1 {
 		t.Errorf("hotplugd_topology_changes_total = %v, want 1", got)
 	}
-	if got := p.Metric("hotplugd_capacity{resource=\"cpu\"}"); got != 1 {
+	if got := p.Metric("hotplugd_capacity{resource=\"cpu\",unit=\"core\"}"); got != 1 {
 		t.Errorf("capacity gauge = %v, want 1", got)
 	}
 	if got := p.Metric(`hotplugd_uevents_total{action="offline",subsystem="cpu"}`); got != 1 {
