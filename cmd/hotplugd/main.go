@@ -28,6 +28,7 @@ func commands() []command {
 		{"run", "run the daemon: watch CPUs, memory and hugepages and report every change", runRun},
 		{"preflight", "check, and repair when safe, the kubelet's CPU and memory manager state files before it starts", runPreflight},
 		{"prune", "remove what hotplugd leaves behind (its Node's condition and annotations, the state files' backups), for an uninstall", runPrune},
+		{"status", "show what the hotplugd running on this node sees and will do next (its last decision)", runStatus},
 		{"snapshot", "print this machine's topology and the capacity and allocatable a freshly started kubelet would report", runSnapshot},
 		{"version", "print the version", runVersion},
 	}

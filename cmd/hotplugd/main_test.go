@@ -214,7 +214,7 @@ func TestFlagsFromEnvironment(t *testing.T) {
 // none of them a variable hotplugd's files use for something else.
 func TestEnvironmentNames(t *testing.T) {
 	notFlags := map[string]bool{"HOTPLUGD_ARGS": true, "HOTPLUGD_PREFLIGHT_ARGS": true}
-	for name, o := range map[string]options{"run": &runOptions{}, "preflight": &preflightOptions{}, "snapshot": &snapshotOptions{}, "prune": &pruneOptions{}} {
+	for name, o := range map[string]options{"run": &runOptions{}, "preflight": &preflightOptions{}, "snapshot": &snapshotOptions{}, "prune": &pruneOptions{}, "status": &statusOptions{}} {
 		fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 		o.AddFlags(fs)
 		seen := map[string]string{}

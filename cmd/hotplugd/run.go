@@ -435,6 +435,9 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		d.AddTask(nodes.Run)
 		d.AddTask(writer.Run)
 		d.AddTask(loop.Run)
+		d.AddTask(func(ctx context.Context) error {
+			return serveStatus(ctx, filepath.Join(o.StateDir, statusSocketName), loop, log)
+		})
 		return nil
 	}, cleanup, nil
 }

@@ -83,6 +83,22 @@ type Loop struct {
 	lastActivity   time.Time
 	lastMemoryDown time.Time
 	poke           chan struct{}
+
+	// The last decision's Status, for hotplugd status (nil before the
+	// first).
+	statusMu sync.Mutex
+	status   *Status
+}
+
+// Status is the Status of the loop's last decision; false before the
+// first. Safe for concurrent use.
+func (l *Loop) Status() (Status, bool) {
+	l.statusMu.Lock()
+	defer l.statusMu.Unlock()
+	if l.status == nil {
+		return Status{}, false
+	}
+	return *l.status, true
 }
 
 // New returns a Loop.
@@ -208,6 +224,10 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		l.mu.Unlock()
 		plan := Decide(in)
+		st := NewStatus(in, plan)
+		l.statusMu.Lock()
+		l.status = &st
+		l.statusMu.Unlock()
 		o.Observations.set(nodepatch.State{Node: in.Node, Prediction: plan.Prediction, Drift: plan.Node.Drift})
 		if s := string(plan.Remedy.Action) + plan.Remedy.Why + plan.PredictErr; s != logged {
 			logged = s

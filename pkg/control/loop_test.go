@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -1455,6 +1456,40 @@ func TestRemedyOutcomesHaveZeroSeries(t *testing.T) {
 		}
 		if err := testutil.GatherAndCompare(reg, strings.NewReader(want.String()), "hotplugd_remedies_total"); err != nil {
 			t.Error(err)
+		}
+	})
+}
+
+// TestStatus: the loop's Status follows its decisions. In the CPU-upgrade
+// incident it shows the drift and the settle wait, then, once the restart
+// worked, the kubelet current and the attempt; its text names each part.
+func TestStatus(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, rigOptions{})
+		after(time.Second)
+		st, ok := r.loop.Status()
+		if !ok {
+			t.Fatal("no status after the first decision")
+		}
+		if st.Mode != "restart-kubelet" || !strings.Contains(st.Drift, "capacity cpu 8 -> 16") || st.Next.Action != string(remedy.ActionWait) ||
+			st.Kubelet == nil || st.Kubelet.PID != 4242 || st.Kubelet.Version != "v1.36.3" || st.Machine == nil || !strings.HasPrefix(st.Machine.Capacity, "cpu=16,") ||
+			st.Node == nil || len(st.Attempts) != 0 {
+			t.Errorf("during the settle time: %+v", st)
+		}
+		var b bytes.Buffer
+		if err := st.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`Remedy +restart-kubelet`, `Kubelet +pid 4242, v1\.36\.3`, `Drift +capacity cpu 8 -> 16`, `Next +wait: waiting for the machine to settle`} {
+			if !regexp.MustCompile(`(?m)^` + want).MatchString(b.String()) {
+				t.Errorf("text lacks a line %q:\n%s", want, b.String())
+			}
+		}
+		after(time.Minute)
+		r.attempts(1)
+		st, _ = r.loop.Status()
+		if st.Drift != "" || len(st.Attempts) != 1 || st.Attempts[0].Outcome != journal.OutcomeRemediated || st.Next.Action != string(remedy.ActionNone) {
+			t.Errorf("after the restart: %+v", st)
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,7 @@ import (
 	"github.com/hotplugd/hotplugd/internal/daemontest"
 	"github.com/hotplugd/hotplugd/internal/kubeapitest"
 	"github.com/hotplugd/hotplugd/internal/machinetest"
+	"github.com/hotplugd/hotplugd/pkg/control"
 	"github.com/hotplugd/hotplugd/pkg/cpumgr"
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
 	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
@@ -351,8 +353,9 @@ func TestIntegrationHeartbeatAndPrune(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubeconfig := kubeconfigFor(t, srv)
+	stateDir := t.TempDir()
 	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kubeconfig, "--kubelet-config", cfg,
-		"--kubelet-root-dir", t.TempDir(), "--resync", "0", "--heartbeat-interval", "1s")
+		"--kubelet-root-dir", t.TempDir(), "--resync", "0", "--heartbeat-interval", "1s", "--state-dir", stateDir)
 	first, _, _ := waitCondition(t, c, node, v1.ConditionFalse, 10*time.Second)
 	// Three heartbeats, each a second or more after the last.
 	last := first.LastHeartbeatTime
@@ -385,7 +388,30 @@ func TestIntegrationHeartbeatAndPrune(t *testing.T) {
 	if got := d.Metric("hotplugd_condition_heartbeat_timestamp_seconds"); got <= float64(first.LastHeartbeatTime.Unix()) {
 		t.Errorf("hotplugd_condition_heartbeat_timestamp_seconds = %v, want a heartbeat after the first (%d)", got, first.LastHeartbeatTime.Unix())
 	}
+
+	// hotplugd status: the daemon's last decision, from its socket.
+	out, err := exec.Command(binary, "status", "--state-dir", stateDir, "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("hotplugd status -o json: %v", err)
+	}
+	var st control.Status
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatalf("hotplugd status -o json: %v\n%s", err, out)
+	}
+	if st.Mode != "report" || st.Machine == nil || st.Machine.Capacity != nodepatch.FormatResources(capacity) ||
+		st.Machine.Allocatable != nodepatch.FormatResources(allocatable) || st.Node == nil || st.Node.Condition == nil ||
+		st.Node.Condition.Status != v1.ConditionFalse || st.Drift != "" || st.Next.Action != "none" || st.Kubelet == nil || st.Kubelet.Version != "v1.36.3" {
+		t.Errorf("hotplugd status -o json:\n%s", out)
+	}
+	text, err := exec.Command(binary, "status", "--state-dir", stateDir).Output()
+	if err != nil || !regexp.MustCompile(`(?m)^Drift +none: the kubelet reports this machine$`).Match(text) ||
+		!strings.Contains(string(text), "capacity "+nodepatch.FormatResources(capacity)) {
+		t.Errorf("hotplugd status: %v\n%s", err, text)
+	}
 	d.Stop()
+	if out, err := exec.Command(binary, "status", "--state-dir", stateDir).CombinedOutput(); err == nil || !strings.Contains(string(out), "no hotplugd runs with this --state-dir") {
+		t.Errorf("hotplugd status after the daemon stopped: %v\n%s", err, out)
+	}
 
 	prune := func() string {
 		t.Helper()
@@ -395,9 +421,9 @@ func TestIntegrationHeartbeatAndPrune(t *testing.T) {
 		}
 		return string(out)
 	}
-	out := prune()
-	if !strings.Contains(out, "removed condition KubeletCapacityStale (False, CapacityCurrent); annotations hotplugd.io/") {
-		t.Errorf("hotplugd prune said %q", out)
+	pruned := prune()
+	if !strings.Contains(pruned, "removed condition KubeletCapacityStale (False, CapacityCurrent); annotations hotplugd.io/") {
+		t.Errorf("hotplugd prune said %q", pruned)
 	}
 	cond, n := condition(t, c, node)
 	if cond != nil {
