@@ -222,7 +222,7 @@ func decideRemedy(in Inputs, pred nodepatch.Prediction, drift nodepatch.Drift, f
 	f := in.Kubelet
 	lastAttempt := lastAttempt(in)
 	ri := remedy.Inputs{
-		Mode: in.Mode, Known: in.Node != nil, Drift: drift, Now: in.Now,
+		Mode: in.Mode, Off: remedyOff(in.Node), Known: in.Node != nil, Drift: drift, Now: in.Now,
 		Settle: in.Settle, Busy: in.Busy, Interval: in.Interval,
 		LastAttempt: lastAttempt, MaxPerDay: in.MaxPerDay, LastActivity: in.LastActivity,
 		KubeletFresh: fresh, Key: pred.Key,
@@ -248,6 +248,24 @@ func decideRemedy(in Inputs, pred nodepatch.Prediction, drift nodepatch.Drift, f
 		ri.Checked = in.Done.Checked
 	}
 	return remedy.Decide(ri)
+}
+
+// LabelRemedy is the Node label that turns the remedy off on one node:
+// any value but "on" (kubectl label node NODE hotplugd.io/remedy=off); the
+// drift is still reported. It is read from the Node hotplugd already
+// watches, and hotplugd never writes it.
+const LabelRemedy = "hotplugd.io/remedy"
+
+// remedyOff says why the remedy is off on node ("": it is not).
+func remedyOff(node *v1.Node) string {
+	if node == nil {
+		return ""
+	}
+	v, ok := node.Labels[LabelRemedy]
+	if !ok || v == "on" {
+		return ""
+	}
+	return fmt.Sprintf("the remedy is off on this Node (label %s=%s): reporting only", LabelRemedy, v)
 }
 
 // memoryDecrease says whether d predicts less memory capacity than the

@@ -82,7 +82,20 @@ type fakeNode struct {
 	mu     sync.Mutex
 	node   *v1.Node
 	report func(nodepatch.Prediction) v1.NodeStatus
+	labels map[string]string
 	ch     chan struct{}
+}
+
+// setLabels replaces the Node's labels, as kubectl label would.
+func (f *fakeNode) setLabels(l map[string]string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.labels = l
+	n := f.node.DeepCopy()
+	n.Labels = l
+	f.node = n
+	close(f.ch)
+	f.ch = make(chan struct{})
 }
 
 func (f *fakeNode) Node() (*v1.Node, bool) {
@@ -104,6 +117,7 @@ func (f *fakeNode) kubeletStarted() {
 	defer f.mu.Unlock()
 	n := &v1.Node{}
 	n.Name = "n"
+	n.Labels = f.labels
 	n.Status = f.report(pred)
 	f.node = n
 	close(f.ch)
@@ -1490,6 +1504,31 @@ func TestStatus(t *testing.T) {
 		st, _ = r.loop.Status()
 		if st.Drift != "" || len(st.Attempts) != 1 || st.Attempts[0].Outcome != journal.OutcomeRemediated || st.Next.Action != string(remedy.ActionNone) {
 			t.Errorf("after the restart: %+v", st)
+		}
+	})
+}
+
+// TestRemedyOffLabel: the Node's label hotplugd.io/remedy=off keeps the
+// remedy from restarting the kubelet on that node (the drift is reported,
+// the status says why); once the label is gone, the restart comes.
+func TestRemedyOffLabel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, rigOptions{prepare: func(r *rig) { r.node.labels = map[string]string{LabelRemedy: "off"} }})
+		after(time.Hour)
+		r.attempts(0)
+		if calls := r.supervisor.Calls(); len(calls) != 0 {
+			t.Errorf("supervisor calls %v with the remedy off", calls)
+		}
+		if _, events := r.writer.count(nodepatch.ReasonCapacityDrift); events != 1 {
+			t.Errorf("%d CapacityDrift Events, want the drift reported once", events)
+		}
+		if st, _ := r.loop.Status(); st.Next.Action != string(remedy.ActionReport) || !strings.Contains(st.Next.Why, "label hotplugd.io/remedy=off") {
+			t.Errorf("status next %+v, want report, saying the label", st.Next)
+		}
+		r.node.setLabels(map[string]string{LabelRemedy: "on"})
+		after(time.Minute)
+		if a := r.attempts(1); a[0].Outcome != journal.OutcomeRemediated {
+			t.Errorf("after the label: %+v", a)
 		}
 	})
 }

@@ -40,6 +40,9 @@ const (
 // Inputs are everything Decide looks at.
 type Inputs struct {
 	Mode Mode
+	// Off says why the remedy is off on this node ("": it is not): the
+	// Node's label LabelRemedy.
+	Off string
 	// Known is false until both the Node and the machine are known.
 	Known bool
 	// Drift is the Node's drift (noise included; only significant
@@ -134,6 +137,8 @@ func Decide(in Inputs) Plan {
 	switch {
 	case in.Mode != ModeRestartKubelet:
 		p.Action, p.Why = ActionReport, "--remedy="+string(in.Mode)+": reporting only"
+	case in.Off != "":
+		p.Action, p.Why = ActionReport, in.Off
 	case !in.Remediable:
 		p.Action, p.Why = ActionReport, "no restart: "+in.NotRemediable
 	case in.Previous != nil && in.Previous.Outcome != OutcomeRemediated && in.Previous.Outcome != OutcomeInterrupted:

@@ -31,6 +31,7 @@ func TestDecide(t *testing.T) {
 		{"no drift", func(in *Inputs) { in.Drift = nil }, ActionNone, time.Time{}},
 		{"only noise", func(in *Inputs) { in.Drift = noise }, ActionNone, time.Time{}},
 		{"report mode", func(in *Inputs) { in.Mode = ModeReport }, ActionReport, time.Time{}},
+		{"remedy off on the node", func(in *Inputs) { in.Off = "the label says so" }, ActionReport, time.Time{}},
 		{"in-place resize kubelet", func(in *Inputs) { in.InPlaceResize = true }, ActionReport, time.Time{}},
 		{"burst arriving", func(in *Inputs) { in.Busy = true }, ActionWait, time.Time{}},
 		{"not settled", func(in *Inputs) { in.Now = t0.Add(time.Second) }, ActionWait, t0.Add(3 * time.Second)},
