@@ -103,6 +103,10 @@ type Plan struct {
 	// Wake is when to decide again with no new input (zero: on the next
 	// input).
 	Wake time.Time
+	// Retry is a new retry token from the Node (AnnotationRetry) to take
+	// into the journal before anything else of the plan; the loop then
+	// decides again.
+	Retry string
 }
 
 // String prints the plan, one line per part.
@@ -132,6 +136,9 @@ func (p Plan) String() string {
 	if !p.Wake.IsZero() {
 		fmt.Fprintf(&b, "wake: %s\n", p.Wake.UTC().Format(time.RFC3339Nano))
 	}
+	if p.Retry != "" {
+		fmt.Fprintf(&b, "retry: %s\n", p.Retry)
+	}
 	return b.String()
 }
 
@@ -158,6 +165,11 @@ func Decide(in Inputs) Plan {
 			t = v1.EventTypeWarning
 		}
 		p.Events = append(p.Events, nodepatch.Event{Type: t, Reason: e.Reason, Message: e.Message})
+	}
+	if in.Node != nil {
+		if tok := in.Node.Annotations[AnnotationRetry]; tok != "" && (in.Journal.Retry == nil || in.Journal.Retry.Token != tok) {
+			p.Retry = tok
+		}
 	}
 	if in.Snapshot == nil {
 		p.Remedy = remedy.Plan{Action: remedy.ActionNone, Why: "the machine is not known yet"}
@@ -249,6 +261,11 @@ func decideRemedy(in Inputs, pred nodepatch.Prediction, drift nodepatch.Drift, f
 	}
 	return remedy.Decide(ri)
 }
+
+// AnnotationRetry is nodepatch.AnnotationRetry: a person's request that
+// the remedy try again what its earlier attempts concluded; each new value
+// is taken once.
+const AnnotationRetry = nodepatch.AnnotationRetry
 
 // LabelRemedy is the Node label that turns the remedy off on one node:
 // any value but "on" (kubectl label node NODE hotplugd.io/remedy=off); the

@@ -228,6 +228,14 @@ func (l *Loop) Run(ctx context.Context) error {
 		l.statusMu.Lock()
 		l.status = &st
 		l.statusMu.Unlock()
+		if plan.Retry != "" {
+			// A person asked for a retry: taken once, then decided anew.
+			if err := o.Journal.SetRetry(plan.Retry, in.Now); err != nil {
+				l.log.Error("taking the retry asked on the Node: it holds until hotplugd restarts", zap.Error(err))
+			}
+			l.log.Info("retry asked on the Node: earlier attempts no longer stand in the way", zap.String("annotation", AnnotationRetry), zap.String("token", plan.Retry))
+			continue
+		}
 		o.Observations.set(nodepatch.State{Node: in.Node, Prediction: plan.Prediction, Drift: plan.Node.Drift})
 		if s := string(plan.Remedy.Action) + plan.Remedy.Why + plan.PredictErr; s != logged {
 			logged = s

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -83,7 +84,26 @@ type fakeNode struct {
 	node   *v1.Node
 	report func(nodepatch.Prediction) v1.NodeStatus
 	labels map[string]string
+	ann    map[string]string
 	ch     chan struct{}
+}
+
+// annotate sets an annotation on the Node, as kubectl annotate would.
+func (f *fakeNode) annotate(k, v string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ann == nil {
+		f.ann = map[string]string{}
+	}
+	f.ann[k] = v
+	n := f.node.DeepCopy()
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	n.Annotations[k] = v
+	f.node = n
+	close(f.ch)
+	f.ch = make(chan struct{})
 }
 
 // setLabels replaces the Node's labels, as kubectl label would.
@@ -118,6 +138,7 @@ func (f *fakeNode) kubeletStarted() {
 	n := &v1.Node{}
 	n.Name = "n"
 	n.Labels = f.labels
+	n.Annotations = maps.Clone(f.ann)
 	n.Status = f.report(pred)
 	f.node = n
 	close(f.ch)
@@ -1530,5 +1551,42 @@ func TestRemedyOffLabel(t *testing.T) {
 		if a := r.attempts(1); a[0].Outcome != journal.OutcomeRemediated {
 			t.Errorf("after the label: %+v", a)
 		}
+	})
+}
+
+// TestRetryAnnotation: a failed attempt is not repeated for the same
+// machine and configuration, until a person sets hotplugd.io/retry on the
+// Node: then one more attempt (here it works); the same value again is
+// not a second retry.
+func TestRetryAnnotation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, rigOptions{prepare: func(r *rig) { r.supervisor.fixes = false }})
+		after(time.Hour)
+		if a := r.attempts(1); a[0].Outcome != journal.OutcomeFailed {
+			t.Fatalf("first attempt %+v, want failed", a[0])
+		}
+		r.supervisor.mu.Lock()
+		r.supervisor.fixes = true
+		r.supervisor.mu.Unlock()
+		r.node.annotate(AnnotationRetry, "1")
+		after(time.Minute)
+		a := r.attempts(2)
+		if a[1].Outcome != journal.OutcomeRemediated {
+			t.Errorf("after the retry: %+v, want remediated", a[1])
+		}
+		st, _ := r.loop.Status()
+		if st.Retry == nil || st.Retry.Token != "1" {
+			t.Errorf("status retry %+v, want token 1", st.Retry)
+		}
+		// The same value again, and a new drift that fails: no retry.
+		r.supervisor.mu.Lock()
+		r.supervisor.fixes = false
+		r.supervisor.mu.Unlock()
+		r.node.annotate(AnnotationRetry, "1")
+		r.setMachine(4)
+		after(time.Hour)
+		r.attempts(3)
+		after(time.Hour)
+		r.attempts(3)
 	})
 }

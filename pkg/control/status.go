@@ -36,6 +36,8 @@ type Status struct {
 	Underway *journal.Underway `json:"underway,omitempty"`
 	// Attempts are the remedy's last attempts, newest last.
 	Attempts []journal.Entry `json:"attempts,omitempty"`
+	// Retry is the last retry taken from the Node.
+	Retry *journal.Retry `json:"retry,omitempty"`
 }
 
 // MachineStatus is the prediction.
@@ -85,7 +87,7 @@ const statusAttempts = 5
 // NewStatus is the Status of a decision.
 func NewStatus(in Inputs, p Plan) Status {
 	s := Status{
-		Time: in.Now, Mode: string(in.Mode), Underway: in.Journal.Underway,
+		Time: in.Now, Mode: string(in.Mode), Underway: in.Journal.Underway, Retry: in.Journal.Retry,
 		Next: Next{Action: string(p.Remedy.Action), Why: p.Remedy.Why, At: p.Remedy.At, Wake: p.Wake},
 	}
 	if a := in.Journal.Attempts; len(a) > 0 {
@@ -194,6 +196,9 @@ func (s Status) WriteText(w io.Writer) error {
 	line("Next", next)
 	if u := s.Underway; u != nil {
 		line("Underway", fmt.Sprintf("%s since %s: %s", u.Phase, u.Start.UTC().Format(time.RFC3339), u.Drift))
+	}
+	if r := s.Retry; r != nil {
+		line("Retry", fmt.Sprintf("%q taken at %s: attempts before it no longer stand", r.Token, r.At.UTC().Format(time.RFC3339)))
 	}
 	for i, a := range s.Attempts {
 		k := ""

@@ -161,11 +161,24 @@ type Entry struct {
 	Restarted bool `json:"restarted,omitempty"`
 }
 
+// Retry is a person's request that what earlier attempts concluded be
+// tried again: the value of the Node's annotation hotplugd.io/retry, and
+// when hotplugd took it. Attempts that started before At no longer stand
+// in the way of a new one (View.Last); the rate limit and the daily budget
+// still count them.
+type Retry struct {
+	Token string    `json:"token"`
+	At    time.Time `json:"at"`
+}
+
 // record is the journal file's contents.
 type record struct {
 	// Version of this layout.
 	Version  int       `json:"version"`
 	Underway *Underway `json:"underway,omitempty"`
+	// Retry is the last retry taken (a hotplugd of an earlier version
+	// drops it: its attempts then stand again, the safe way).
+	Retry *Retry `json:"retry,omitempty"`
 	// Attempts are the finished attempts, oldest first, at most
 	// maxEntries.
 	Attempts []Entry `json:"attempts"`
@@ -240,6 +253,8 @@ type View struct {
 	Attempts []Entry
 	// Seq is the number of the last entry (0: none).
 	Seq int64
+	// Retry is the last retry taken, nil when none.
+	Retry *Retry
 }
 
 // View returns the record as it is now (a copy).
@@ -251,7 +266,21 @@ func (j *Journal) View() View {
 		u := *j.rec.Underway
 		v.Underway = &u
 	}
+	if j.rec.Retry != nil {
+		r := *j.rec.Retry
+		v.Retry = &r
+	}
 	return v
+}
+
+// SetRetry takes a retry: attempts started before at no longer count for
+// Last. It is kept in memory even when the file cannot be written (the
+// error says so), so it is taken once.
+func (j *Journal) SetRetry(token string, at time.Time) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.rec.Retry = &Retry{Token: token, At: at}
+	return j.save()
 }
 
 // Since returns the entries numbered after seq, oldest first.
@@ -265,9 +294,13 @@ func (v View) Since(seq int64) []Entry {
 	return out
 }
 
-// Last returns the last attempt for key, if any.
+// Last returns the last attempt for key, if any, not counting those a
+// retry set aside (started before it).
 func (v View) Last(key string) (Entry, bool) {
 	for i := len(v.Attempts) - 1; i >= 0; i-- {
+		if v.Retry != nil && v.Attempts[i].Start.Before(v.Retry.At) {
+			break
+		}
 		if v.Attempts[i].Key == key {
 			return v.Attempts[i], true
 		}

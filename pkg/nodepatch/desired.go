@@ -46,7 +46,7 @@ const (
 )
 
 // The annotations hotplugd owns on its Node; nothing else under the prefix
-// is written, and nothing outside it.
+// is written, and nothing outside it. AnnotationRetry is a person's.
 const (
 	AnnotationPrefix = "hotplugd.io/"
 	// AnnotationCapacity is the detected capacity, "cpu=2,hugepages-2Mi=0,memory=24684092Ki".
@@ -57,6 +57,11 @@ const (
 	// AnnotationLastChange is when hotplugd last saw the detected
 	// capacity change (RFC 3339).
 	AnnotationLastChange = AnnotationPrefix + "last-change"
+	// AnnotationRetry is set by a person, never by hotplugd: each new
+	// value has the remedy try again what its earlier attempts concluded
+	// (kubectl annotate node NODE hotplugd.io/retry="$(date +%s)"
+	// --overwrite). The rate limit and the daily budget still hold.
+	AnnotationRetry = AnnotationPrefix + "retry"
 )
 
 // Note is what the remedy adds to the condition while the drift lasts: its

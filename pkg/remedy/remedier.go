@@ -330,10 +330,3 @@ func (m *Remedier) Check(ctx context.Context, plan Plan) (a Attempt, tried bool)
 func (m *Remedier) next(from time.Time) string {
 	return from.Add(m.o.Interval).UTC().Format(time.RFC3339)
 }
-
-func (m *Remedier) journalName() string {
-	if p := m.journal.Path(); p != "" {
-		return p
-	}
-	return "the remedy journal"
-}

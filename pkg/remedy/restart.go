@@ -103,11 +103,11 @@ func (m *Remedier) verified(a Attempt, err error, next string) Attempt {
 	case errors.Is(err, ErrNotRestarted):
 		a.Outcome, a.Err = OutcomeFailed, err
 		a.Reason, a.Warning = nodepatch.ReasonRemediationFailed, true
-		a.Message = err.Error() + "; not tried again for this machine and kubelet configuration (a change of either, or removing " + m.journalName() + ", allows one more attempt, not before " + next + ")"
+		a.Message = err.Error() + "; not tried again for this machine and kubelet configuration (a change of either, or a new value of the Node's annotation " + nodepatch.AnnotationRetry + ", allows one more attempt, not before " + next + ")"
 	default:
 		a.Outcome, a.Err = OutcomeFailed, err
 		a.Reason, a.Warning = nodepatch.ReasonRemediationFailed, true
-		a.Message = err.Error() + "; the kubelet is left to its supervisor (hotplugd never stops it); not tried again for this machine and kubelet configuration (a change of either, or removing " + m.journalName() + ", allows one more attempt, not before " + next + ")"
+		a.Message = err.Error() + "; the kubelet is left to its supervisor (hotplugd never stops it); not tried again for this machine and kubelet configuration (a change of either, or a new value of the Node's annotation " + nodepatch.AnnotationRetry + ", allows one more attempt, not before " + next + ")"
 	}
 	return a
 }

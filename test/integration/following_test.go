@@ -15,6 +15,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -411,6 +412,41 @@ func TestIntegrationFailedRemedyNotRepeated(t *testing.T) {
 	r.setBroken(false)
 	d = r.daemon(state)
 	d.WaitFor(20*time.Second, func(e logEntry) bool { return e.Msg == "remedy done" && e.Str("outcome") == "remediated" })
+}
+
+// TestIntegrationRetryAnnotation: a failed remedy stands for its drift
+// until a person annotates the Node with a new hotplugd.io/retry: the
+// running hotplugd, told by its watch of the real API server, takes it
+// into its journal and tries once more (which works); the same value, seen
+// again by a restarted hotplugd, is no second retry.
+func TestIntegrationRetryAnnotation(t *testing.T) {
+	srv := sharedAPIServer(t)
+	kc := kubeconfigFor(t, srv)
+	r := newProcessRig(t, srv, kc, 4, "", "8")
+	r.setBroken(true)
+	r.operator(r.start)
+	state := t.TempDir()
+	d := r.daemon(state)
+	d.WaitFor(20*time.Second, func(e logEntry) bool { return e.Msg == "remedy failed" })
+	r.setBroken(false)
+	b := []byte(`{"metadata":{"annotations":{"` + nodepatch.AnnotationRetry + `":"after-the-fix"}}}`)
+	if _, err := r.c.CoreV1().Nodes().Patch(context.Background(), r.node, types.MergePatchType, b, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d.WaitFor(20*time.Second, func(e logEntry) bool { return e.Msg == "remedy done" && e.Str("outcome") == "remediated" })
+	if got := strings.Join(r.hotplugdCalls(), ","); got != oneRestart+","+oneRestart {
+		t.Errorf("kubelet calls %q, want two restarts: the failed one and the retry", got)
+	}
+	d.Stop()
+	// A retry is taken before the decision it changes is logged: once the
+	// restarted hotplugd logged its plan, it has or has not taken it.
+	d = r.daemon(state)
+	d.WaitFor(10*time.Second, func(e logEntry) bool { return e.Msg == "remedy plan" })
+	for _, e := range d.Since(0) {
+		if strings.HasPrefix(e.Msg, "retry asked on the Node") {
+			t.Errorf("a restarted hotplugd took the same retry again: %+v", e)
+		}
+	}
 }
 
 // TestIntegrationRefusedConfigurationNoRestart: the machine lost the CPUs
