@@ -180,6 +180,9 @@ func TestHeartbeat(t *testing.T) {
 				continue
 			}
 			patches++
+			if patches == 1 {
+				t.Logf("heartbeat %v: a heartbeat patch is %d bytes: %s", tc.heartbeat, len(r.Patch), r.Patch)
+			}
 			var parts map[string]json.RawMessage
 			json.Unmarshal(r.Patch, &parts)
 			if parts["metadata"] != nil {
