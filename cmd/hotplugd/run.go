@@ -32,6 +32,7 @@ import (
 	"github.com/hotplugd/hotplugd/pkg/kubeletwatch"
 	"github.com/hotplugd/hotplugd/pkg/logging"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
+	"github.com/hotplugd/hotplugd/pkg/pause"
 	"github.com/hotplugd/hotplugd/pkg/remedy"
 	"github.com/hotplugd/hotplugd/pkg/removal"
 	"github.com/hotplugd/hotplugd/pkg/sdnotify"
@@ -77,6 +78,7 @@ type runOptions struct {
 	KubeletPoll           time.Duration
 	KubeletGrace          time.Duration
 	PruneOnRemoval        string
+	PauseDaemonSet        string
 
 	minMemoryDelta resource.Quantity
 	// atStop runs after the daemon stopped on a signal (set by cluster).
@@ -117,6 +119,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/hotplugd", "where hotplugd keeps its remedy journal (remedy.json: the restart under way, verified by the next hotplugd after a crash, and the attempts made, not repeated across restarts) and its lock (one hotplugd per node), and where it reads the kubelet binary's version as hotplugd preflight cached it at the kubelet's start ("+versionCacheName+", the drop-in's --version-cache)")
 	fs.DurationVar(&o.KubeletGrace, "kubelet-grace", 20*time.Second, "how long a kubelet that has just started (restarted by anyone) has to report its Node before a difference counts as drift")
 	fs.StringVar(&o.PruneOnRemoval, "prune-on-removal", "", "what installed this hotplugd, daemonset/NAMESPACE/NAME or systemd/UNIT: at SIGTERM, when that DaemonSet is gone or being deleted, or that unit is disabled or masked (an uninstall, not an update or a restart), hotplugd removes its condition and annotations from its Node before it exits, as hotplugd prune does. \"\": never (the uninstall runs hotplugd prune)")
+	fs.StringVar(&o.PauseDaemonSet, "pause-daemonset", "", "NAMESPACE/NAME of a DaemonSet whose annotation "+pause.Annotation+" pauses the remedy on every node while it is set (one watch of that object; its value is the reason). \"\": no cluster-wide pause")
 	fs.DurationVar(&o.KubeletPoll, "kubelet-poll", 5*time.Second, "how often hotplugd checks that the kubelet it knows still runs, or looks for one (its configuration files are watched with inotify)")
 }
 
@@ -180,6 +183,14 @@ func (o *runOptions) Validate() error {
 	}
 	if _, err := removal.Parse(o.PruneOnRemoval, nil, nil); err != nil {
 		errs = append(errs, err)
+	}
+	if o.PauseDaemonSet != "" {
+		if ns, name, ok := strings.Cut(o.PauseDaemonSet, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			errs = append(errs, fmt.Errorf("--pause-daemonset %q: want NAMESPACE/NAME", o.PauseDaemonSet))
+		}
+		if o.Standalone {
+			errs = append(errs, errors.New("--standalone touches no cluster: it cannot take --pause-daemonset"))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -401,13 +412,19 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		if err != nil {
 			return err
 		}
+		var paused control.PauseSource
+		if ns, name, ok := strings.Cut(o.PauseDaemonSet, "/"); ok {
+			pw := pause.NewWatch(client, ns, name, log)
+			d.AddTask(pw.Run)
+			paused = pw
+		}
 		loop, err := control.New(control.Options{
 			Config: control.Config{
 				Mode: mode, Settle: o.Settle, Interval: o.RemedyInterval, MaxPerDay: o.MaxRestartsPerDay,
 				Grace: o.KubeletGrace, MinMemoryDelta: o.minMemoryDelta, Heartbeat: o.Heartbeat,
 			},
 			Kubelet: watch, Node: nodes, Writer: writer, Remedy: rem, Journal: record, Observations: obs,
-			Busy: d.Busy, Idle: d.Idle, Log: log,
+			Busy: d.Busy, Idle: d.Idle, Log: log, Pause: paused,
 		})
 		if err != nil {
 			return err

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -53,6 +54,8 @@ type Inputs struct {
 	LastActivity, LastMemoryDown time.Time
 	// Done is what the loop has executed so far.
 	Done Done
+	// Paused says why remedies are paused cluster-wide ("": they are not).
+	Paused string
 }
 
 // Done is the loop's record of what it executed: the part of the inputs
@@ -234,7 +237,7 @@ func decideRemedy(in Inputs, pred nodepatch.Prediction, drift nodepatch.Drift, f
 	f := in.Kubelet
 	lastAttempt := lastAttempt(in)
 	ri := remedy.Inputs{
-		Mode: in.Mode, Off: remedyOff(in.Node), Known: in.Node != nil, Drift: drift, Now: in.Now,
+		Mode: in.Mode, Off: cmp.Or(remedyOff(in.Node), in.Paused), Known: in.Node != nil, Drift: drift, Now: in.Now,
 		Settle: in.Settle, Busy: in.Busy, Interval: in.Interval,
 		LastAttempt: lastAttempt, MaxPerDay: in.MaxPerDay, LastActivity: in.LastActivity,
 		KubeletFresh: fresh, Key: pred.Key,

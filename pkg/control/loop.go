@@ -41,6 +41,13 @@ type NodeWriter interface {
 	SetHeartbeat(t time.Time)
 }
 
+// PauseSource is the cluster-wide pause (*pause.Watch): why remedies are
+// paused ("": they are not), and a channel closed at its next change.
+type PauseSource interface {
+	Paused() string
+	Changed() <-chan struct{}
+}
+
 // Executor executes the remedy's half of a plan (*remedy.Remedier).
 type Executor interface {
 	Restart(ctx context.Context, plan remedy.Plan) (remedy.Attempt, bool)
@@ -64,6 +71,8 @@ type Options struct {
 	// never busy.
 	Busy func() bool
 	Idle func() <-chan struct{}
+	// Pause is the cluster-wide pause of remedies (pkg/pause); nil: none.
+	Pause PauseSource
 	// Backoff paces retries of failed Node writes; nil: the defaults.
 	Backoff *nodepatch.Backoff
 	Log     *zap.Logger
@@ -211,6 +220,12 @@ func (l *Loop) Run(ctx context.Context) error {
 		// Taken before the inputs are read: a change in between closes
 		// them.
 		kubeletC, nodeC, journalC := o.Kubelet.Changed(), o.Node.Changed(), o.Journal.Changed()
+		var pauseC <-chan struct{}
+		paused := ""
+		if o.Pause != nil {
+			pauseC = o.Pause.Changed()
+			paused = o.Pause.Paused()
+		}
 		var idle <-chan struct{}
 		if o.Idle != nil {
 			idle = o.Idle()
@@ -220,7 +235,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		in := Inputs{
 			Config: o.Config, Now: o.Clock.Now(), Snapshot: l.snapshot, Kubelet: o.Kubelet.Current(),
 			Node: nodepatch.Newest(watched, synced, patched), Journal: o.Journal.View(), Busy: o.Busy(),
-			LastActivity: l.lastActivity, LastMemoryDown: l.lastMemoryDown, Done: done,
+			LastActivity: l.lastActivity, LastMemoryDown: l.lastMemoryDown, Done: done, Paused: paused,
 		}
 		l.mu.Unlock()
 		plan := Decide(in)
@@ -316,6 +331,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		case <-kubeletC:
 		case <-nodeC:
 		case <-journalC:
+		case <-pauseC:
 		case <-timerC:
 		case <-idleC:
 		case r := <-results:

@@ -355,6 +355,7 @@ type rigConfig struct {
 	DryRun              bool
 	AllowReadinessReset bool
 	Heartbeat           time.Duration
+	Pause               PauseSource
 	Unit                func(context.Context, *kubeletwatch.Facts, bool) remedy.UnitVerdict
 	Busy                func() bool
 	GetNode             func(context.Context) (*v1.Node, error)
@@ -501,7 +502,7 @@ func (r *rig) start() {
 	r.loop, err = New(Options{
 		Config:  Config{Mode: r.o.Mode, Settle: r.o.Settle, Interval: r.o.Interval, MaxPerDay: r.o.MaxPerDay, Heartbeat: r.o.Heartbeat},
 		Kubelet: r.kubelet, Node: r.node, Writer: r.writer, Remedy: r.rem, Journal: r.journal, Observations: obs,
-		Busy: r.o.Busy,
+		Busy: r.o.Busy, Pause: r.o.Pause,
 	})
 	if err != nil {
 		r.t.Fatal(err)
@@ -1588,5 +1589,52 @@ func TestRetryAnnotation(t *testing.T) {
 		r.attempts(3)
 		after(time.Hour)
 		r.attempts(3)
+	})
+}
+
+// fakePause is the cluster-wide pause (pkg/pause's Watch).
+type fakePause struct {
+	mu     sync.Mutex
+	paused string
+	ch     chan struct{}
+}
+
+func (p *fakePause) Paused() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused
+}
+
+func (p *fakePause) Changed() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ch
+}
+
+func (p *fakePause) set(why string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.paused = why
+	close(p.ch)
+	p.ch = make(chan struct{})
+}
+
+// TestClusterPause: while remedies are paused cluster-wide, the drift is
+// reported and nothing restarted (the plan says why); the pause lifted,
+// the restart comes.
+func TestClusterPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakePause{paused: "remedies are paused cluster-wide (test)", ch: make(chan struct{})}
+		r := newRig(t, rigOptions{change: func(o *rigConfig) { o.Pause = p }})
+		after(time.Hour)
+		r.attempts(0)
+		if st, _ := r.loop.Status(); st.Next.Action != string(remedy.ActionReport) || !strings.Contains(st.Next.Why, "paused cluster-wide") {
+			t.Errorf("status next %+v while paused", st.Next)
+		}
+		p.set("")
+		after(time.Minute)
+		if a := r.attempts(1); a[0].Outcome != journal.OutcomeRemediated {
+			t.Errorf("after the pause: %+v", a)
+		}
 	})
 }

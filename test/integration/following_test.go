@@ -22,6 +22,7 @@ import (
 	"github.com/hotplugd/hotplugd/internal/fixturegen"
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
+	"github.com/hotplugd/hotplugd/pkg/pause"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 )
 
@@ -446,6 +447,54 @@ func TestIntegrationRetryAnnotation(t *testing.T) {
 		if strings.HasPrefix(e.Msg, "retry asked on the Node") {
 			t.Errorf("a restarted hotplugd took the same retry again: %+v", e)
 		}
+	}
+}
+
+// TestIntegrationClusterPause: while the annotation hotplugd.io/pause is
+// on the DaemonSet --pause-daemonset names (the real API server, one
+// watch of that object), a drift is reported and the kubelet is not
+// restarted, and hotplugd's plan says why; once it is removed, the
+// remedy goes ahead.
+func TestIntegrationClusterPause(t *testing.T) {
+	srv := sharedAPIServer(t)
+	c := srv.Client()
+	ctx := context.Background()
+	ns := fmt.Sprintf("pause-%d", os.Getpid())
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) })
+	ds := createDaemonSet(t, c, ns, "hotplugd")
+	annotate := func(value string) {
+		t.Helper()
+		v := "null"
+		if value != "" {
+			v = `"` + value + `"`
+		}
+		b := []byte(`{"metadata":{"annotations":{"` + pause.Annotation + `":` + v + `}}}`)
+		if _, err := c.AppsV1().DaemonSets(ns).Patch(ctx, ds, types.MergePatchType, b, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	annotate("node pool upgrade")
+
+	kc := kubeconfigFor(t, srv)
+	r := newProcessRig(t, srv, kc, 4, "", "8")
+	r.setBroken(true) // the running kubelet's Node stays as it was (8 CPUs)
+	r.operator(r.start)
+	r.setBroken(false) // a restarted one reports the machine
+	d := r.daemon(t.TempDir(), "--pause-daemonset", ns+"/"+ds)
+	d.WaitFor(20*time.Second, func(e logEntry) bool {
+		return e.Msg == "remedy plan" && strings.Contains(e.Str("plan"), "remedies are paused cluster-wide") && strings.Contains(e.Str("plan"), "node pool upgrade")
+	})
+	waitCondition(t, c, r.node, v1.ConditionTrue, 10*time.Second)
+	if got := r.hotplugdCalls(); len(got) != 0 {
+		t.Fatalf("kubelet calls %q while paused, want none", got)
+	}
+	annotate("")
+	d.WaitFor(20*time.Second, func(e logEntry) bool { return e.Msg == "remedy done" && e.Str("outcome") == "remediated" })
+	if got := strings.Join(r.hotplugdCalls(), ","); got != oneRestart {
+		t.Errorf("kubelet calls %q after the pause, want one restart", got)
 	}
 }
 

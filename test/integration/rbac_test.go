@@ -308,7 +308,7 @@ func TestIntegrationNodeRBAC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantNS := []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{"hotplugd"}, Verbs: []string{"get"}}}
+		wantNS := []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{"hotplugd"}, Verbs: []string{"get", "list", "watch"}}}
 		if diff := cmp.Diff(wantNS, nsRole.Rules); diff != "" {
 			t.Errorf("Role hotplugd grants (-want +got):\n%s", diff)
 		}
@@ -386,6 +386,10 @@ func TestIntegrationNodeRBAC(t *testing.T) {
 	}
 	if _, err := sa.AppsV1().DaemonSets(hotplugdNamespace).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("hotplugd lists the DaemonSets of its namespace: %v, want 403", err)
+	}
+	// Its own, field-selected by name: the pause watch's list.
+	if _, err := sa.AppsV1().DaemonSets(hotplugdNamespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=hotplugd"}); err != nil {
+		t.Errorf("hotplugd cannot list its own DaemonSet by name (the pause watch): %v", err)
 	}
 	if _, err := sa.CoreV1().Secrets(hotplugdNamespace).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("hotplugd lists the Secrets of its namespace: %v, want 403", err)
