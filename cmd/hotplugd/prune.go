@@ -97,7 +97,7 @@ Flags:
 
 // pruneNode removes hotplugd's condition and annotations from its Node.
 func (o *pruneOptions) pruneNode(stdout io.Writer) error {
-	node, err := (&runOptions{NodeName: o.NodeName}).nodeName()
+	node, err := nodeName(o.NodeName)
 	if err != nil {
 		return err
 	}

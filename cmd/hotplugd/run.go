@@ -197,9 +197,12 @@ func (o *runOptions) Validate() error {
 
 // nodeName is --node-name, else $NODE_NAME, else the host name in lower
 // case (the kubelet's default).
-func (o *runOptions) nodeName() (string, error) {
-	if o.NodeName != "" {
-		return o.NodeName, nil
+func (o *runOptions) nodeName() (string, error) { return nodeName(o.NodeName) }
+
+// nodeName is flag, else $NODE_NAME, else the host name in lower case.
+func nodeName(flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
 	}
 	if n := os.Getenv("NODE_NAME"); n != "" {
 		return n, nil

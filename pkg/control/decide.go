@@ -106,7 +106,7 @@ type Plan struct {
 	// Wake is when to decide again with no new input (zero: on the next
 	// input).
 	Wake time.Time
-	// Retry is a new retry token from the Node (AnnotationRetry) to take
+	// Retry is a new retry token from the Node (nodepatch.AnnotationRetry) to take
 	// into the journal before anything else of the plan; the loop then
 	// decides again.
 	Retry string
@@ -170,7 +170,7 @@ func Decide(in Inputs) Plan {
 		p.Events = append(p.Events, nodepatch.Event{Type: t, Reason: e.Reason, Message: e.Message})
 	}
 	if in.Node != nil {
-		if tok := in.Node.Annotations[AnnotationRetry]; tok != "" && (in.Journal.Retry == nil || in.Journal.Retry.Token != tok) {
+		if tok := in.Node.Annotations[nodepatch.AnnotationRetry]; tok != "" && (in.Journal.Retry == nil || in.Journal.Retry.Token != tok) {
 			p.Retry = tok
 		}
 	}
@@ -264,11 +264,6 @@ func decideRemedy(in Inputs, pred nodepatch.Prediction, drift nodepatch.Drift, f
 	}
 	return remedy.Decide(ri)
 }
-
-// AnnotationRetry is nodepatch.AnnotationRetry: a person's request that
-// the remedy try again what its earlier attempts concluded; each new value
-// is taken once.
-const AnnotationRetry = nodepatch.AnnotationRetry
 
 // LabelRemedy is the Node label that turns the remedy off on one node:
 // any value but "on" (kubectl label node NODE hotplugd.io/remedy=off); the

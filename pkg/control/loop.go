@@ -93,10 +93,13 @@ type Loop struct {
 	lastMemoryDown time.Time
 	poke           chan struct{}
 
-	// The last decision's Status, for hotplugd status (nil before the
+	// The last decision, for hotplugd status: its Status is made when
+	// asked, not at every turn of the loop (decided false before the
 	// first).
 	statusMu sync.Mutex
-	status   *Status
+	lastIn   Inputs
+	lastPlan Plan
+	decided  bool
 }
 
 // Status is the Status of the loop's last decision; false before the
@@ -104,10 +107,10 @@ type Loop struct {
 func (l *Loop) Status() (Status, bool) {
 	l.statusMu.Lock()
 	defer l.statusMu.Unlock()
-	if l.status == nil {
+	if !l.decided {
 		return Status{}, false
 	}
-	return *l.status, true
+	return NewStatus(l.lastIn, l.lastPlan), true
 }
 
 // New returns a Loop.
@@ -239,16 +242,15 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		l.mu.Unlock()
 		plan := Decide(in)
-		st := NewStatus(in, plan)
 		l.statusMu.Lock()
-		l.status = &st
+		l.lastIn, l.lastPlan, l.decided = in, plan, true
 		l.statusMu.Unlock()
 		if plan.Retry != "" {
 			// A person asked for a retry: taken once, then decided anew.
 			if err := o.Journal.SetRetry(plan.Retry, in.Now); err != nil {
 				l.log.Error("taking the retry asked on the Node: it holds until hotplugd restarts", zap.Error(err))
 			}
-			l.log.Info("retry asked on the Node: earlier attempts no longer stand in the way", zap.String("annotation", AnnotationRetry), zap.String("token", plan.Retry))
+			l.log.Info("retry asked on the Node: earlier attempts no longer stand in the way", zap.String("annotation", nodepatch.AnnotationRetry), zap.String("token", plan.Retry))
 			continue
 		}
 		o.Observations.set(nodepatch.State{Node: in.Node, Prediction: plan.Prediction, Drift: plan.Node.Drift})

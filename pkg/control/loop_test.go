@@ -1569,7 +1569,7 @@ func TestRetryAnnotation(t *testing.T) {
 		r.supervisor.mu.Lock()
 		r.supervisor.fixes = true
 		r.supervisor.mu.Unlock()
-		r.node.annotate(AnnotationRetry, "1")
+		r.node.annotate(nodepatch.AnnotationRetry, "1")
 		after(time.Minute)
 		a := r.attempts(2)
 		if a[1].Outcome != journal.OutcomeRemediated {
@@ -1583,7 +1583,7 @@ func TestRetryAnnotation(t *testing.T) {
 		r.supervisor.mu.Lock()
 		r.supervisor.fixes = false
 		r.supervisor.mu.Unlock()
-		r.node.annotate(AnnotationRetry, "1")
+		r.node.annotate(nodepatch.AnnotationRetry, "1")
 		r.setMachine(4)
 		after(time.Hour)
 		r.attempts(3)

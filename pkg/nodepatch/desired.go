@@ -109,7 +109,7 @@ func desiredFor(node *v1.Node, p Prediction, drift Drift, note Note, now time.Ti
 	}
 	stamp := metav1.NewTime(now.Truncate(time.Second))
 	cond.LastHeartbeatTime, cond.LastTransitionTime = stamp, stamp
-	if old := findCondition(node); old != nil {
+	if old := FindCondition(node); old != nil {
 		if old.Status == cond.Status {
 			cond.LastTransitionTime = old.LastTransitionTime
 		}
@@ -137,10 +137,6 @@ func FindCondition(node *v1.Node) *v1.NodeCondition {
 	if node == nil {
 		return nil
 	}
-	return findCondition(node)
-}
-
-func findCondition(node *v1.Node) *v1.NodeCondition {
 	for i := range node.Status.Conditions {
 		if node.Status.Conditions[i].Type == ConditionType {
 			return &node.Status.Conditions[i]
@@ -174,7 +170,7 @@ func patch(node *v1.Node, d desired) []byte {
 	if len(changed) > 0 {
 		body["metadata"] = map[string]any{"annotations": changed}
 	}
-	if old := findCondition(node); old == nil || !sameCondition(*old, d.condition) || !old.LastHeartbeatTime.Equal(&d.condition.LastHeartbeatTime) {
+	if old := FindCondition(node); old == nil || !sameCondition(*old, d.condition) || !old.LastHeartbeatTime.Equal(&d.condition.LastHeartbeatTime) {
 		body["status"] = map[string]any{"conditions": []v1.NodeCondition{d.condition}}
 	}
 	if len(body) == 0 {

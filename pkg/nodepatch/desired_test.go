@@ -60,7 +60,7 @@ func TestDesiredLifecycle(t *testing.T) {
 	if meta, status := step(t0, Note{}); !meta || !status {
 		t.Fatalf("first sync wrote metadata %v, status %v; want both", meta, status)
 	}
-	c := findCondition(node)
+	c := FindCondition(node)
 	want := v1.NodeCondition{Type: ConditionType, Status: v1.ConditionTrue, Reason: ReasonCapacityDrift,
 		Message:            "the kubelet reports what the machine had when it started (reported -> this machine): capacity cpu 2 -> 1",
 		LastHeartbeatTime:  metav1.NewTime(t0),
@@ -85,7 +85,7 @@ func TestDesiredLifecycle(t *testing.T) {
 	if meta, status := step(t0.Add(2*time.Minute), Note{Reason: ReasonRemediationFailed, Message: "boom"}); meta || !status {
 		t.Fatal("note not written")
 	}
-	c = findCondition(node)
+	c = FindCondition(node)
 	if c.Reason != ReasonRemediationFailed || c.Message != want.Message+"; boom" || !c.LastTransitionTime.Equal(&want.LastTransitionTime) {
 		t.Errorf("with note: %+v", c)
 	}
@@ -97,7 +97,7 @@ func TestDesiredLifecycle(t *testing.T) {
 	if meta, _ := step(t3, Note{}); meta {
 		t.Error("annotations rewritten")
 	}
-	c = findCondition(node)
+	c = FindCondition(node)
 	if c.Status != v1.ConditionFalse || c.Reason != ReasonCapacityCurrent || !c.LastTransitionTime.Time.Equal(t3) {
 		t.Errorf("after restart: %+v", c)
 	}
@@ -126,12 +126,12 @@ func TestDesiredLifecycle(t *testing.T) {
 	// prediction is capacity only, drift or not.
 	pred.Limit = "capacity only: kubelet v1.38.0-alpha.0 is a pre-release"
 	step(t4, Note{})
-	if c := findCondition(node); c.Status != v1.ConditionTrue || !strings.HasSuffix(c.Message, "capacity cpu 1 -> 2; "+pred.Limit) {
+	if c := FindCondition(node); c.Status != v1.ConditionTrue || !strings.HasSuffix(c.Message, "capacity cpu 1 -> 2; "+pred.Limit) {
 		t.Errorf("drift with a limit: %+v", c)
 	}
 	node.Status.Capacity = list("cpu", "2", "memory", "1Gi")
 	step(t4, Note{})
-	if c := findCondition(node); c.Status != v1.ConditionFalse || c.Message != currentMessage+"; "+pred.Limit {
+	if c := FindCondition(node); c.Status != v1.ConditionFalse || c.Message != currentMessage+"; "+pred.Limit {
 		t.Errorf("current with a limit: %+v", c)
 	}
 }
@@ -159,7 +159,7 @@ func TestHeartbeat(t *testing.T) {
 		in := ReportInputs{Node: node, Prediction: pred, MinMemoryDelta: resource.MustParse("100Mi"), Now: t0, Heartbeat: tc.heartbeat}
 		r := Reported(in)
 		node = apply(t, node, r.Patch) // the first write
-		first := *findCondition(node)
+		first := *FindCondition(node)
 		patches := 0
 		now := t0
 		for {
@@ -189,7 +189,7 @@ func TestHeartbeat(t *testing.T) {
 				t.Errorf("heartbeat %v: a heartbeat patch rewrote annotations: %s", tc.heartbeat, r.Patch)
 			}
 			node = apply(t, node, r.Patch)
-			c := findCondition(node)
+			c := FindCondition(node)
 			if !c.LastHeartbeatTime.Time.Equal(now) || !c.LastTransitionTime.Equal(&first.LastTransitionTime) || !sameCondition(*c, first) {
 				t.Errorf("heartbeat %v at %v: condition %+v, want the first (%+v) with only its heartbeat at now", tc.heartbeat, now, c, first)
 			}

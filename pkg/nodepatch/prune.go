@@ -27,7 +27,7 @@ func (o Owned) Empty() bool { return o.Condition == nil && len(o.Annotations) ==
 // OwnedBy lists what node carries of hotplugd's.
 func OwnedBy(node *v1.Node) Owned {
 	var o Owned
-	if c := findCondition(node); c != nil {
+	if c := FindCondition(node); c != nil {
 		cc := *c
 		o.Condition = &cc
 	}

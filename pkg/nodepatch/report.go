@@ -99,7 +99,7 @@ func Reported(in ReportInputs) Report {
 		// At start the condition already on the Node tells whether this
 		// drift was reported before the daemon restarted.
 		evented = ""
-		if c := findCondition(in.Node); c != nil && c.Status == v1.ConditionTrue && msg != "" && strings.HasPrefix(c.Message, msg) {
+		if c := FindCondition(in.Node); c != nil && c.Status == v1.ConditionTrue && msg != "" && strings.HasPrefix(c.Message, msg) {
 			evented = msg
 		}
 	}

@@ -42,7 +42,7 @@ func TestWriterPatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := findCondition(n); c == nil || c.Reason != ReasonCapacityDrift || n.Annotations[AnnotationCapacity] != "cpu=2" {
+	if c := FindCondition(n); c == nil || c.Reason != ReasonCapacityDrift || n.Annotations[AnnotationCapacity] != "cpu=2" {
 		t.Errorf("the answered Node %+v", n)
 	}
 	var patches []k8stesting.PatchAction
