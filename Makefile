@@ -135,13 +135,14 @@ compat:
 
 .PHONY: components monitoring
 
-## components: the opt-in kustomize components of deploy/kubernetes built with the real kustomize (each changes only
-## what it says, and fails the build when the base's arguments moved): monitoring, whose PrometheusRule also goes through
-## promtool check rules and test rules, and restart-kubelet (test/components; kustomize and promtool from hack/tool.sh,
-## promtool about 4 min cold)
+## components: deploy/kubernetes and its opt-in components built with the real kustomize (each changes only what it
+## says, by name; the report-only base's privileges; another namespace): monitoring, whose PrometheusRule also goes
+## through promtool check rules and test rules, and restart-kubelet; the Helm chart deploy/helm/hotplugd (helm lint
+## --strict, its values schema, and helm template equal to the kustomize build for the same settings) (test/components;
+## kustomize, promtool and helm from hack/tool.sh, promtool and helm about 4-5 min each cold)
 components:
-	@hack/tool.sh kustomize >/dev/null && hack/tool.sh promtool >/dev/null
-	HOTPLUGD_KUSTOMIZE="$$(hack/tool.sh kustomize)" HOTPLUGD_PROMTOOL="$$(hack/tool.sh promtool)" $(GO) test -vet=off -count=1 -v ./test/components/
+	@hack/tool.sh kustomize >/dev/null && hack/tool.sh promtool >/dev/null && hack/tool.sh helm >/dev/null
+	HOTPLUGD_KUSTOMIZE="$$(hack/tool.sh kustomize)" HOTPLUGD_PROMTOOL="$$(hack/tool.sh promtool)" HOTPLUGD_HELM="$$(hack/tool.sh helm)" $(GO) test -vet=off -count=1 -v ./test/components/
 
 monitoring: components
 

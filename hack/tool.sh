@@ -7,9 +7,10 @@
 #
 #   hack/tool.sh kustomize     sigs.k8s.io/kustomize/kustomize/v5
 #   hack/tool.sh promtool      github.com/prometheus/prometheus/cmd/promtool
+#   hack/tool.sh helm          helm.sh/helm/v4/cmd/helm
 set -euo pipefail
 tags=
-name="${1:?usage: hack/tool.sh kustomize|promtool}"
+name="${1:?usage: hack/tool.sh kustomize|promtool|helm}"
 case "$name" in
 # v5.8.3 needs Go 1.27; v5.8.1 is the newest that builds with go.mod's Go.
 kustomize) pkg=sigs.k8s.io/kustomize/kustomize/v5 version=v5.8.1 ;;
@@ -20,6 +21,8 @@ kustomize) pkg=sigs.k8s.io/kustomize/kustomize/v5 version=v5.8.1 ;;
 # checking and testing rules never use: about 4 minutes cold on 2 cores
 # instead of 13.
 promtool) pkg=github.com/prometheus/prometheus/cmd/promtool version=v0.316.0 tags=remove_all_sd ;;
+# Helm 4 (the chart in deploy/helm is apiVersion v2, which Helm 3 reads too).
+helm) pkg=helm.sh/helm/v4/cmd/helm version=v4.3.1 ;;
 *)
 	echo "hack/tool.sh: unknown tool $name" >&2
 	exit 2

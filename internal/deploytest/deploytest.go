@@ -146,6 +146,13 @@ func Kustomize(t testing.TB, dir string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v: %s", dir, err, stderr.String())
 	}
+	return Decode(t, out)
+}
+
+// Decode decodes a YAML stream of objects (kustomize's or helm's output),
+// in order, leaving out empty documents.
+func Decode(t testing.TB, out []byte) []*unstructured.Unstructured {
+	t.Helper()
 	var objs []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	for {
@@ -154,7 +161,7 @@ func Kustomize(t testing.TB, dir string) []*unstructured.Unstructured {
 			if errors.Is(err, io.EOF) {
 				break
 			}
-			t.Fatalf("decoding kustomize's output: %v", err)
+			t.Fatalf("decoding objects: %v", err)
 		}
 		if len(m) > 0 {
 			objs = append(objs, &unstructured.Unstructured{Object: m})
@@ -174,6 +181,20 @@ func DaemonSetImage(objs []*unstructured.Unstructured) string {
 func DaemonSetArgs(objs []*unstructured.Unstructured) []string {
 	args, _, _ := unstructured.NestedStringSlice(daemonSetContainer(objs), "args")
 	return args
+}
+
+// DaemonSetEnv is the value of the environment variable name of the first
+// DaemonSet's first container in objs (the DaemonSet's settings are
+// HOTPLUGD_<FLAG> variables), and whether it is set there.
+func DaemonSetEnv(objs []*unstructured.Unstructured, name string) (string, bool) {
+	env, _, _ := unstructured.NestedSlice(daemonSetContainer(objs), "env")
+	for _, e := range env {
+		if m, ok := e.(map[string]any); ok && m["name"] == name {
+			v, _ := m["value"].(string)
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // daemonSetContainer is the first container of the first DaemonSet in

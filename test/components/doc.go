@@ -1,7 +1,13 @@
-// Package components tests the opt-in kustomize components of
-// deploy/kubernetes with the real tools, as users add them to an overlay of
-// it; each must change only what it says, and fail `kustomize build` (not
-// patch some other argument) when the base's arguments moved:
+// Package components tests deploy/kubernetes, its opt-in kustomize
+// components and the Helm chart deploy/helm/hotplugd with the real tools,
+// as users build them: the report-only base mounts only what reporting
+// needs (TestReportOnlyPrivileges); each component changes only what it
+// says, by name (an environment variable HOTPLUGD_<FLAG>, mounts), however
+// the base's lists moved, with every $(VAR) reference defined before it
+// (TestEnvReferences); an overlay may move everything to another namespace
+// (TestAnotherNamespace); and the chart renders what kustomize builds for
+// the same settings (TestChart), passes helm lint --strict and refuses
+// values its schema does not allow:
 //
 //   - monitoring, the DaemonSet's monitoring with the Prometheus Operator:
 //     kustomize builds it into testdata/overlay, the DaemonSet must come
@@ -14,9 +20,9 @@
 //     and with monitoring. test/e2e/node runs it on a
 //     systemd node.
 //
-// The tools are $HOTPLUGD_KUSTOMIZE and $HOTPLUGD_PROMTOOL (make components
-// sets them), else what hack/tool.sh builds (once per machine; promtool
-// takes about 4 minutes cold on 2 cores). The tests skip, saying why, only
+// The tools are $HOTPLUGD_KUSTOMIZE, $HOTPLUGD_PROMTOOL and $HOTPLUGD_HELM
+// (make components sets them), else what hack/tool.sh builds (once per
+// machine; promtool and helm take about 4-5 minutes each cold on 2 cores). The tests skip, saying why, only
 // when hack/tool.sh cannot build them. Nothing on the host is changed; only
 // test code lives here.
 package components

@@ -28,8 +28,9 @@ const repoRoot = "../.."
 // What the component changes in the DaemonSet (its kustomization and
 // patches in deploy/kubernetes/components/monitoring).
 const (
-	baseMetricsArg  = "--metrics-addr=127.0.0.1:9792"
-	metricsArg      = "--metrics-addr=$(POD_IP):9792"
+	metricsEnv      = "HOTPLUGD_METRICS_ADDR"
+	baseMetricsAddr = "127.0.0.1:9792"
+	metricsAddr     = "$(POD_IP):9792"
 	metricsPort     = 9792
 	metricsPortName = "metrics"
 	runbookBase     = "https://github.com/hotplugd/hotplugd/blob/main/docs/monitoring.md#"
@@ -88,18 +89,37 @@ func build(t *testing.T, dir string) map[string]*unstructured.Unstructured {
 	return objs
 }
 
-// withArg is the DaemonSet of base with its argument from replaced by to,
-// and its container, for a test to change further.
-func withArg(t *testing.T, base map[string]*unstructured.Unstructured, from, to string) (*appsv1.DaemonSet, *v1.Container) {
+// withEnv is the DaemonSet of base with its environment variable name
+// changed from the value from to the value to, in place, and its
+// container, for a test to change further.
+func withEnv(t *testing.T, base map[string]*unstructured.Unstructured, name, from, to string) (*appsv1.DaemonSet, *v1.Container) {
 	t.Helper()
 	ds := daemonSet(t, base[dsKey])
 	c := &ds.Spec.Template.Spec.Containers[0]
-	i := slices.Index(c.Args, from)
-	if i < 0 {
-		t.Fatalf("the base DaemonSet has no %s (args %q): update the component and this test", from, c.Args)
+	i := slices.IndexFunc(c.Env, func(e v1.EnvVar) bool { return e.Name == name })
+	if i < 0 || c.Env[i].Value != from {
+		t.Fatalf("the base DaemonSet has no %s=%s (env %+v): update the component and this test", name, from, c.Env)
 	}
-	c.Args[i] = to
+	c.Env[i].Value = to
 	return ds, c
+}
+
+// anyOrder compares env, volume mounts and volumes as sets: kustomize's
+// strategic merge moves the entries a patch names to the front of a list.
+var anyOrder = []cmp.Option{
+	cmpopts.SortSlices(func(a, b v1.EnvVar) bool { return a.Name < b.Name }),
+	cmpopts.SortSlices(func(a, b v1.VolumeMount) bool { return a.MountPath < b.MountPath }),
+	cmpopts.SortSlices(func(a, b v1.Volume) bool { return a.Name < b.Name }),
+}
+
+// env is the value of the container's environment variable name.
+func env(c *v1.Container, name string) (string, bool) {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value, true
+		}
+	}
+	return "", false
 }
 
 func key(kind, namespace, name string) string { return kind + "/" + namespace + "/" + name }
@@ -149,18 +169,16 @@ func TestComponent(t *testing.T) {
 		t.Errorf("objects the component adds (-want +got):\n%s", diff)
 	}
 
-	want, c := withArg(t, base, baseMetricsArg, metricsArg)
-	c.Env = append(c.Env, v1.EnvVar{Name: "POD_IP", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
+	want, c := withEnv(t, base, metricsEnv, baseMetricsAddr, metricsAddr)
 	c.Ports = append(c.Ports, v1.ContainerPort{Name: metricsPortName, ContainerPort: metricsPort, Protocol: v1.ProtocolTCP})
 	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Port.IntValue() != metricsPort {
 		t.Fatalf("the base DaemonSet's liveness probe is not an HTTP GET of port %d: %+v", metricsPort, c.LivenessProbe)
 	}
 	c.LivenessProbe.HTTPGet.Host = "" // the pod's IP
 	gotDS := daemonSet(t, got[dsKey])
-	// Where kustomize puts the new env entry does not matter: args refer to
-	// it by $(POD_IP), no other entry does.
-	sortEnv := cmpopts.SortSlices(func(a, b v1.EnvVar) bool { return a.Name < b.Name })
-	if diff := cmp.Diff(want, gotDS, sortEnv); diff != "" {
+	// kustomize moves the entries a patch names to the front; the order
+	// matters only to $(VAR) references, which TestEnvReferences checks.
+	if diff := cmp.Diff(want, gotDS, anyOrder...); diff != "" {
 		t.Errorf("patched DaemonSet (-want +got):\n%s", diff)
 	}
 	if !gotDS.Spec.Template.Spec.HostNetwork {
@@ -189,10 +207,9 @@ func TestPodMonitor(t *testing.T) {
 		Selector struct {
 			MatchLabels map[string]string `json:"matchLabels"`
 		} `json:"selector"`
-		NamespaceSelector struct {
-			MatchNames []string `json:"matchNames"`
-		} `json:"namespaceSelector"`
-		PodMetricsEndpoints []endpoint `json:"podMetricsEndpoints"`
+		NamespaceSelector   map[string]any `json:"namespaceSelector"`
+		JobLabel            string         `json:"jobLabel"`
+		PodMetricsEndpoints []endpoint     `json:"podMetricsEndpoints"`
 	}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(pm.Object["spec"].(map[string]any), &spec); err != nil {
 		t.Fatal(err)
@@ -200,8 +217,13 @@ func TestPodMonitor(t *testing.T) {
 	if diff := cmp.Diff(ds.Spec.Template.Labels, spec.Selector.MatchLabels); diff != "" {
 		t.Errorf("PodMonitor selector against the pods' labels (-pods +selector):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{ds.Namespace}, spec.NamespaceSelector.MatchNames); diff != "" {
-		t.Errorf("PodMonitor namespaces (-want +got):\n%s", diff)
+	// Its own namespace, wherever that is: no namespaceSelector.
+	if spec.NamespaceSelector != nil {
+		t.Errorf("PodMonitor namespaceSelector %v, want none (the PodMonitor's own namespace)", spec.NamespaceSelector)
+	}
+	// The alerts select job="hotplugd": the pods' label names the job.
+	if v := ds.Spec.Template.Labels[spec.JobLabel]; v != "hotplugd" {
+		t.Errorf("PodMonitor jobLabel %q: the pods' value %q, want hotplugd (the alerts' job)", spec.JobLabel, v)
 	}
 	if len(spec.PodMetricsEndpoints) != 1 {
 		t.Fatalf("PodMonitor endpoints: %+v, want one", spec.PodMetricsEndpoints)

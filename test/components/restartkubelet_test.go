@@ -12,33 +12,41 @@ import (
 
 // What deploy/kubernetes/components/restart-kubelet changes.
 const (
-	baseRemedyArg = "--remedy=report"
-	remedyArg     = "--remedy=restart-kubelet"
+	remedyEnv  = "HOTPLUGD_REMEDY"
+	baseRemedy = "report"
+	remedy     = "restart-kubelet"
 )
 
-// What the component mounts read-only at the host's paths, on kubeadm
-// nodes: the directory of the kubelet's binary (the remedy restarts only
-// when the binary has not changed since the kubelet started) and of its
-// unit's environment file /etc/default/kubelet (only when the command line
-// systemd would start is the running one).
-const (
-	kubeletBinDir = "/usr/bin"
-	kubeletEnvDir = "/etc/default"
-)
+// remedyMounts are what the component alone mounts, read-only at the
+// host's paths, in its patch's order: the host's system bus (systemd's
+// RestartUnit and the unit's properties), the kubelet's pod log directory
+// (a NeedsDrain Event names the pods), and on kubeadm nodes the directory
+// of the kubelet's binary (the remedy restarts only when the binary has not
+// changed since the kubelet started) and of its unit's environment file
+// /etc/default/kubelet (only when the command line systemd would start is
+// the running one). The report-only base has none of them
+// (TestReportOnlyPrivileges).
+var remedyMounts = []struct {
+	name, path string
+	typ        v1.HostPathType
+}{
+	{"dbus", "/run/dbus", v1.HostPathDirectoryOrCreate},
+	{"pod-logs", "/var/log/pods", v1.HostPathDirectoryOrCreate},
+	{"kubelet-binary", "/usr/bin", v1.HostPathDirectory},
+	{"kubelet-env", "/etc/default", v1.HostPathDirectory},
+}
 
 // TestRestartKubeletComponent: the component changes the DaemonSet's
-// --remedy=report into --remedy=restart-kubelet and mounts the kubelet's
-// binary's and environment file's directories, read-only at their host
-// paths, and nothing else, alone and together with the monitoring
-// component.
+// HOTPLUGD_REMEDY from report to restart-kubelet and adds the
+// remedy's read-only mounts, and nothing else, alone and together with the
+// monitoring component.
 func TestRestartKubeletComponent(t *testing.T) {
 	base := build(t, filepath.Join(repoRoot, "deploy", "kubernetes"))
-	want, c := withArg(t, base, baseRemedyArg, remedyArg)
-	dir := v1.HostPathDirectory
-	for _, m := range []struct{ name, path string }{{"kubelet-binary", kubeletBinDir}, {"kubelet-env", kubeletEnvDir}} {
+	want, c := withEnv(t, base, remedyEnv, baseRemedy, remedy)
+	for _, m := range remedyMounts {
 		c.VolumeMounts = append(c.VolumeMounts, v1.VolumeMount{Name: m.name, MountPath: m.path, ReadOnly: true})
 		want.Spec.Template.Spec.Volumes = append(want.Spec.Template.Spec.Volumes, v1.Volume{Name: m.name,
-			VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: m.path, Type: &dir}}})
+			VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: m.path, Type: &m.typ}}})
 	}
 
 	got := build(t, copyOverlay(t, nil, "restart-kubelet"))
@@ -53,21 +61,22 @@ func TestRestartKubeletComponent(t *testing.T) {
 			t.Errorf("the component changed %s (-base +overlay):\n%s", k, diff)
 		}
 	}
-	if diff := cmp.Diff(want, daemonSet(t, got[dsKey])); diff != "" {
+	if diff := cmp.Diff(want, daemonSet(t, got[dsKey]), anyOrder...); diff != "" {
 		t.Errorf("patched DaemonSet (-want +got):\n%s", diff)
 	}
 
-	// With monitoring as well: each replaces its own argument.
+	// With monitoring as well: each sets its own variable.
 	both := daemonSet(t, build(t, copyOverlay(t, nil, "restart-kubelet", "monitoring"))[dsKey])
-	args := both.Spec.Template.Spec.Containers[0].Args
-	if !slices.Contains(args, remedyArg) || !slices.Contains(args, metricsArg) || slices.Contains(args, baseRemedyArg) || slices.Contains(args, baseMetricsArg) {
-		t.Errorf("restart-kubelet and monitoring together: args %q, want %s and %s in place of the base's", args, remedyArg, metricsArg)
+	bc := &both.Spec.Template.Spec.Containers[0]
+	if v, _ := env(bc, remedyEnv); v != remedy {
+		t.Errorf("restart-kubelet and monitoring together: %s=%q, want %s", remedyEnv, v, remedy)
 	}
-	for _, p := range []string{kubeletBinDir, kubeletEnvDir} {
-		if !slices.ContainsFunc(both.Spec.Template.Spec.Containers[0].VolumeMounts, func(m v1.VolumeMount) bool {
-			return m.MountPath == p && m.ReadOnly
-		}) {
-			t.Errorf("restart-kubelet and monitoring together: no read-only mount of %s", p)
+	if v, _ := env(bc, metricsEnv); v != metricsAddr {
+		t.Errorf("restart-kubelet and monitoring together: %s=%q, want %s", metricsEnv, v, metricsAddr)
+	}
+	for _, m := range remedyMounts {
+		if !slices.ContainsFunc(bc.VolumeMounts, func(vm v1.VolumeMount) bool { return vm.MountPath == m.path && vm.ReadOnly }) {
+			t.Errorf("restart-kubelet and monitoring together: no read-only mount of %s", m.path)
 		}
 	}
 }

@@ -6,13 +6,17 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -162,6 +166,100 @@ func containerPID(t *testing.T, s *suite, p *v1.Pod) int {
 	return 0
 }
 
+// privileges are what a container's process may reach on the host: its
+// mounts of host paths (from /proc/<pid>/mountinfo: the host's source,
+// the path in the container, ro or rw) and its capabilities (from
+// /proc/<pid>/status, as names).
+type privileges struct {
+	mounts              []string
+	effective, bounding string
+}
+
+// podPrivileges reads the privileges of the process pid.
+func podPrivileges(t *testing.T, pid int) privileges {
+	t.Helper()
+	var p privileges
+	mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(mi)) {
+		// id parent major:minor root mountpoint options ... - fstype source superoptions
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			continue
+		}
+		root, point, opts := f[3], f[4], f[5]
+		i := slices.Index(f, "-")
+		if i < 0 || i+1 >= len(f) {
+			continue
+		}
+		fstype := f[i+1]
+		// Host paths only: bind mounts (a root other than /) and the
+		// kernel's sysfs and procfs; not the image's overlay, the
+		// container's own /proc, /dev, /sys and cgroup, nor the files
+		// the runtime and the kubelet give every container (hosts,
+		// hostname, resolv.conf, the token).
+		switch {
+		case root == "/" && fstype != "sysfs" && fstype != "proc",
+			fstype == "cgroup" || fstype == "cgroup2",
+			point == "/proc" || strings.HasPrefix(point, "/proc/") || point == "/sys" || strings.HasPrefix(point, "/dev"),
+			point == "/etc/hosts" || point == "/etc/hostname" || point == "/etc/resolv.conf",
+			strings.HasPrefix(point, "/var/run/secrets/"):
+			continue
+		}
+		ro := "rw"
+		if slices.Contains(strings.Split(opts, ","), "ro") {
+			ro = "ro"
+		}
+		if fstype == "sysfs" || fstype == "proc" {
+			root = "/" + map[string]string{"sysfs": "sys", "proc": "proc"}[fstype]
+		}
+		p.mounts = append(p.mounts, fmt.Sprintf("%s -> %s %s", root, point, ro))
+	}
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(st)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":\t")
+		switch k {
+		case "CapEff":
+			p.effective = capNames(t, v)
+		case "CapBnd":
+			p.bounding = capNames(t, v)
+		}
+	}
+	return p
+}
+
+// capNames names the capabilities of a /proc/<pid>/status mask.
+func capNames(t *testing.T, hex string) string {
+	t.Helper()
+	mask, err := strconv.ParseUint(hex, 16, 64)
+	if err != nil {
+		t.Fatalf("capability mask %q: %v", hex, err)
+	}
+	names := map[int]string{0: "cap_chown", 1: "cap_dac_override", 2: "cap_dac_read_search", 3: "cap_fowner", 4: "cap_fsetid",
+		5: "cap_kill", 6: "cap_setgid", 7: "cap_setuid", 8: "cap_setpcap", 10: "cap_net_bind_service", 12: "cap_net_admin",
+		13: "cap_net_raw", 18: "cap_sys_chroot", 19: "cap_sys_ptrace", 21: "cap_sys_admin", 27: "cap_mknod", 29: "cap_audit_write", 31: "cap_setfcap"}
+	var out []string
+	for i := range 64 {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		if n, ok := names[i]; ok {
+			out = append(out, n)
+		} else {
+			out = append(out, "cap_"+strconv.Itoa(i))
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ",")
+}
+
 // writtenByPod is whether the Node's status was last written by a manager
 // named hotplugd (its user agent) on the status subresource: the pod, when
 // no other hotplugd runs.
@@ -248,6 +346,42 @@ func TestDaemonSet(t *testing.T) {
 	results.add(result{scenario: "7 DaemonSet", side: "pod", change: "kustomize build deploy/kubernetes (test overlay) + apply",
 		correct: "pod Ready " + seconds(readyIn), writes: -1,
 		note: fmt.Sprintf("controller made %s, scheduler placed it on %s, image %s; liveness probes passed: %v", pod.Name, pod.Spec.NodeName, shortDigest(img.Digest), probes)})
+
+	t.Run("report-only privileges", func(t *testing.T) {
+		pid := containerPID(t, s, pod)
+		priv := podPrivileges(t, pid)
+		t.Logf("the report-only pod's mounts of host paths (host -> container, ro or rw):\n%s\ncapabilities: effective %s, bounding %s",
+			strings.Join(priv.mounts, "\n"), priv.effective, priv.bounding)
+		want := []string{"/sys -> /host/sys ro", "/proc -> /host/proc ro", k.RootDir + " -> /var/lib/kubelet ro", "/var/lib/hotplugd -> /var/lib/hotplugd rw"}
+		if !slices.Equal(priv.mounts, want) {
+			t.Errorf("the report-only pod's mounts of host paths:\n%s\nwant:\n%s", strings.Join(priv.mounts, "\n"), strings.Join(want, "\n"))
+		}
+		// No system bus: not mounted, no socket to be found.
+		for _, m := range priv.mounts {
+			if strings.Contains(m, "/run/dbus") {
+				t.Errorf("the report-only pod mounts the system bus: %s", m)
+			}
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d/root/run/dbus/system_bus_socket", pid)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the report-only pod has a D-Bus socket (stat: %v)", err)
+		}
+		// The kubelet's directory is read-only there, even to root: a write
+		// through the pod's root fails with EROFS.
+		probe := fmt.Sprintf("/proc/%d/root%s/.hotplugd-e2e-write-probe", pid, k.RootDir)
+		err := os.WriteFile(probe, nil, 0o600)
+		if err == nil {
+			os.Remove(probe)
+			t.Errorf("the pod's %s is writable", k.RootDir)
+		} else if !errors.Is(err, syscall.EROFS) {
+			t.Errorf("writing into the pod's %s: %v, want EROFS", k.RootDir, err)
+		}
+		if priv.effective != "cap_net_admin" || priv.bounding != "cap_net_admin" {
+			t.Errorf("the pod's capabilities: effective %s, bounding %s; want cap_net_admin alone", priv.effective, priv.bounding)
+		}
+		results.add(result{scenario: "7 DaemonSet", side: "pod", change: "report-only pod's privileges", correct: "-", writes: -1,
+			note: fmt.Sprintf("capabilities %s; no /run/dbus (socket absent); %s read-only (write: EROFS); mounts: %s",
+				priv.effective, k.RootDir, strings.Join(priv.mounts, "; "))})
+	})
 
 	// The pod finds its Node current: it reads it with its own token.
 	if _, n, ok := waitNode(t, s, time.Now(), 30*time.Second, conditionIs(v1.ConditionFalse)); !ok {
@@ -358,7 +492,7 @@ func TestDaemonSet(t *testing.T) {
 		if rc := np.Status.ContainerStatuses[0].RestartCount; rc != 0 {
 			t.Errorf("new pod restarted %d times", rc)
 		}
-		if log := podLog(t, k, np); !strings.Contains(log, `"version": "e2e-rollout"`) {
+		if log := podLog(t, k, np); !strings.Contains(log, `"version":"e2e-rollout"`) {
 			t.Errorf("the new pod does not run the new build; its log:\n%s", log)
 		}
 		if _, n, ok := waitNode(t, s, time.Now(), 30*time.Second, conditionIs(v1.ConditionFalse)); !ok {

@@ -345,24 +345,27 @@ func TestIntegrationNodeRBAC(t *testing.T) {
 			!regexp.MustCompile(`^sha256:[0-9a-f]{64}$`).MatchString(k.Images[0].Digest) {
 			t.Errorf("image %q: kustomization.yaml's images %+v do not pin it by digest", ctr.Image, k.Images)
 		}
-		if !strings.Contains(strings.Join(ctr.Args, " "), "--node-name=$(NODE_NAME)") {
-			t.Errorf("args %q lack --node-name=$(NODE_NAME)", ctr.Args)
-		}
-		podLogs := false
-		for _, m := range ctr.VolumeMounts {
-			if (m.MountPath == "/host/sys" || m.MountPath == "/host/proc" || m.MountPath == "/var/log/pods") && !m.ReadOnly {
-				t.Errorf("%s is mounted writable", m.MountPath)
+		var nodeName string
+		for _, e := range ctr.Env {
+			if e.Name == "HOTPLUGD_NODE_NAME" {
+				nodeName = e.Value
 			}
-			podLogs = podLogs || m.MountPath == "/var/log/pods"
 		}
-		// The pod log directory names the pods of a NeedsDrain Event; a
-		// node without it must not keep the pod from starting.
-		if !podLogs {
-			t.Error("/var/log/pods is not mounted")
+		if nodeName != "$(NODE_NAME)" {
+			t.Errorf("env %+v: HOTPLUGD_NODE_NAME is %q, want $(NODE_NAME)", ctr.Env, nodeName)
 		}
-		for _, v := range spec.Volumes {
-			if hp := v.HostPath; hp != nil && hp.Path == "/var/log/pods" && (hp.Type == nil || *hp.Type != v1.HostPathDirectoryOrCreate) {
-				t.Errorf("volume %s: hostPath %+v, want type DirectoryOrCreate", v.Name, hp)
+		// Report only: the host's paths it reads are mounted read-only, and
+		// the remedy's (the system bus, the pod logs) not at all
+		// (components/restart-kubelet adds them; test/components
+		// TestReportOnlyPrivileges and test/e2e TestDaemonSet check more).
+		for _, m := range ctr.VolumeMounts {
+			switch m.MountPath {
+			case "/host/sys", "/host/proc", "/var/lib/kubelet":
+				if !m.ReadOnly {
+					t.Errorf("%s is mounted writable", m.MountPath)
+				}
+			case "/run/dbus", "/var/log/pods":
+				t.Errorf("the report-only DaemonSet mounts %s", m.MountPath)
 			}
 		}
 		sc := ctr.SecurityContext
@@ -560,6 +563,54 @@ func TestIntegrationNodeRBAC(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkForbidden(t, patchNode(clientFor(t, s, tr.Status.Token), "node-a", "status", stale, metav1.PatchOptions{}), denyNoNodeInAuth)
+	})
+
+	// The policy holds the service account hotplugd of any namespace (an
+	// overlay's namespace: moves it): one in "ops", bound to the same
+	// ClusterRole, may write its own Node and no other.
+	t.Run("another namespace", func(t *testing.T) {
+		const ns = "ops"
+		for _, o := range []struct {
+			create func() error
+		}{
+			{func() error {
+				_, err := admin.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+					Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}, metav1.CreateOptions{})
+				return err
+			}},
+			{func() error {
+				_, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: hotplugdAccount}}, metav1.CreateOptions{})
+				return err
+			}},
+			{func() error {
+				_, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+					ObjectMeta: metav1.ObjectMeta{Name: "hotplugd-" + ns},
+					RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "hotplugd"},
+					Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: hotplugdAccount, Namespace: ns}},
+				}, metav1.CreateOptions{})
+				return err
+			}},
+		} {
+			if err := o.create(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		moved := ds.DeepCopy()
+		moved.Namespace = ns
+		other := clientFor(t, s, podToken(t, admin, moved, "node-a"))
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := patchNode(other, "node-a", "status", `{"metadata":{"annotations":{"hotplugd.io/ns":"ops"}}}`, metav1.PatchOptions{})
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("hotplugd of namespace %s cannot write its own Node after 30 s: %v", ns, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		checkForbidden(t, patchNode(other, "node-b", "status", stale, metav1.PatchOptions{}), denyOtherNode)
+		checkForbidden(t, patchNode(other, "node-a", "status", `{"status":{"capacity":{"cpu":"1"}}}`, metav1.PatchOptions{}), denyCapacity)
 	})
 
 	// The policy binds only the hotplugd service account.

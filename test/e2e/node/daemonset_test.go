@@ -9,7 +9,6 @@ import (
 	"net"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -170,7 +169,8 @@ func daemonSetRemedy(t *testing.T, v *vm, img testimage.Image) {
 
 // deployDaemonSet starts the controllers, applies deploy/kubernetes with
 // the restart-kubelet component through the test overlay (with extraArgs
-// added to the container's arguments, which win over the base's) and waits
+// added to the container's arguments, which win over the environment's
+// HOTPLUGD_<FLAG>) and waits
 // for the pod to be Ready. The DaemonSet, then the controllers, are removed
 // when t ends.
 func deployDaemonSet(t *testing.T, v *vm, img testimage.Image, extraArgs ...string) *v1.Pod {
@@ -185,12 +185,11 @@ func deployDaemonSet(t *testing.T, v *vm, img testimage.Image, extraArgs ...stri
 	objs := deploytest.Build(t, repoRoot, tempDir(t, "hotplugd-node-overlay-"), deploytest.Overlay{
 		Image: img, APIHost: host, APIPort: port, Components: []string{"restart-kubelet"},
 	})
-	args := deploytest.DaemonSetArgs(objs)
-	if !slices.Contains(args, "--remedy=restart-kubelet") {
-		t.Fatalf("the restart-kubelet component did not set --remedy=restart-kubelet: args %q", args)
+	if r, _ := deploytest.DaemonSetEnv(objs, "HOTPLUGD_REMEDY"); r != "restart-kubelet" {
+		t.Fatalf("the restart-kubelet component did not set HOTPLUGD_REMEDY=restart-kubelet: %q", r)
 	}
 	if len(extraArgs) > 0 {
-		setDaemonSetArgs(t, objs, append(args, extraArgs...))
+		setDaemonSetArgs(t, objs, append(deploytest.DaemonSetArgs(objs), extraArgs...))
 	}
 	t0 := time.Now()
 	remove := deploytest.Apply(t, s.RestConfig(), objs)
@@ -343,17 +342,18 @@ func (v *vm) podLog(p *v1.Pod, n int) string {
 	return v.exec("/bin/sh", "-c", "tail -n "+strconv.Itoa(n)+" "+dir+"/*.log").Stdout
 }
 
-// logField is field of the first entry of a console log (hotplugd's
-// format off the journal: time, level, logger, message, then the fields
-// as a JSON object) whose message is msg.
+// logField is field of the first entry whose message is msg in a pod's
+// log as the kubelet writes it (CRI: time, stream, tag, then the line),
+// each line of which the DaemonSet's hotplugd writes as a JSON object
+// (HOTPLUGD_LOG_FORMAT=json).
 func logField(log, msg, field string) (string, bool) {
 	for line := range strings.Lines(log) {
-		_, rest, ok := strings.Cut(line, "\t"+msg+"\t")
+		_, entry, ok := strings.Cut(line, "{")
 		if !ok {
 			continue
 		}
 		var fields map[string]any
-		if json.Unmarshal([]byte(strings.TrimSpace(rest)), &fields) != nil {
+		if json.Unmarshal([]byte("{"+strings.TrimSpace(entry)), &fields) != nil || fields["msg"] != msg {
 			continue
 		}
 		return fmt.Sprint(fields[field]), true
