@@ -6,31 +6,31 @@ import (
 	"testing"
 )
 
-// TestREADMESnapshotExample: the README's `hotplugd snapshot` example runs
+// TestREADMESnapshotExample: docs/reference.md's `hotplugd snapshot` example runs
 // without --kubelet-config, where the code reserves nothing (a kubelet
 // without a config file has no hard eviction thresholds): every allocatable
 // there must equal its capacity, and the help must not claim otherwise.
 func TestREADMESnapshotExample(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile(referenceDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	readme := string(b)
-	i := strings.Index(readme, "Example (this machine")
+	i := strings.Index(readme, "Example (a 2-CPU VM")
 	if i < 0 {
-		t.Fatal("README: no snapshot example")
+		t.Fatal("docs/reference.md: no snapshot example")
 	}
 	block := readme[i:]
 	block = block[strings.Index(block, "RESOURCE"):]
 	block = block[:strings.Index(block, "\n\n")]
 	rows := strings.Split(block, "\n")[1:]
 	if len(rows) < 2 {
-		t.Fatalf("README: snapshot example table too short:\n%s", block)
+		t.Fatalf("docs/reference.md: snapshot example table too short:\n%s", block)
 	}
 	for _, row := range rows {
 		f := strings.Fields(row)
 		if len(f) != 3 || f[1] != f[2] {
-			t.Errorf("README example row %q: allocatable must equal capacity without --kubelet-config", row)
+			t.Errorf("docs/reference.md example row %q: allocatable must equal capacity without --kubelet-config", row)
 		}
 	}
 	code, _, stderr := runCmd("snapshot", "--help")

@@ -51,6 +51,15 @@ type Options struct {
 	// configuration, which has the address of KUBERNETES_SERVICE_HOST and no
 	// server name to set.
 	ServingIPs []net.IP
+	// KubeletHosts names nodes whose kubelet listens on 127.0.0.1 only (a
+	// test's kubelet), so that the API server reaches them for what it
+	// proxies to a kubelet (pods/exec, pods/log): kube-apiserver then runs
+	// in a mount namespace of its own where /etc/hosts (a copy, with these
+	// names as 127.0.0.1; the machine's file is not touched) resolves them,
+	// and dials a kubelet by the Node's Hostname address. A kubelet refuses
+	// a loopback --node-ip, so a Node's InternalIP cannot say 127.0.0.1.
+	// Needs root and unshare(1).
+	KubeletHosts []string
 	// Log receives both servers' output; nil writes etcd.log and
 	// kube-apiserver.log in Server.Dir (removed by Stop). Start's errors
 	// quote the end of those files.
@@ -82,6 +91,9 @@ type Server struct {
 	nodeAuthz bool
 	// servingIPs is Options.ServingIPs.
 	servingIPs []net.IP
+	// hostsFile is the /etc/hosts of kube-apiserver's mount namespace
+	// (Options.KubeletHosts); "" for the machine's.
+	hostsFile string
 
 	mu          sync.Mutex
 	etcd        *proc
@@ -105,6 +117,19 @@ func Start(o Options) (*Server, error) {
 		return nil, fmt.Errorf("kubeapitest: %w", err)
 	}
 	s := &Server{Dir: dir, binDir: bin, nodeAuthz: o.NodeAuthorization, servingIPs: o.ServingIPs}
+	if len(o.KubeletHosts) > 0 {
+		hosts, err := os.ReadFile("/etc/hosts")
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("kubeapitest: %w", err)
+		}
+		hosts = append(hosts, "\n# kubeapitest: the test's kubelets\n127.0.0.1 "+strings.Join(o.KubeletHosts, " ")+"\n"...)
+		s.hostsFile = filepath.Join(dir, "hosts")
+		if err := os.WriteFile(s.hostsFile, hosts, 0o644); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("kubeapitest: %w", err)
+		}
+	}
 	if o.Log != nil {
 		s.logw = &lockedWriter{w: o.Log}
 	}
@@ -229,7 +254,16 @@ func (s *Server) apiserverArgs() []string {
 		// to it, and the reconciler would write every 10 s.
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
-	}, admission...)
+	}, append(admission, s.kubeletArgs()...)...)
+}
+
+// kubeletArgs are kube-apiserver's flags for reaching kubelets: by the
+// Node's Hostname address first when Options.KubeletHosts resolves them.
+func (s *Server) kubeletArgs() []string {
+	if s.hostsFile == "" {
+		return nil
+	}
+	return []string{"--kubelet-preferred-address-types=Hostname,InternalIP,ExternalIP"}
 }
 
 // StartAPIServer starts kube-apiserver again after StopAPIServer, on the
@@ -384,6 +418,12 @@ type proc struct {
 func (s *Server) run(name string, args ...string) (*proc, error) {
 	p := &proc{name: name, done: make(chan struct{})}
 	p.cmd = exec.Command(filepath.Join(s.binDir, name), args...)
+	if name == "kube-apiserver" && s.hostsFile != "" {
+		// unshare and sh exec in turn: the process started is the API
+		// server's, whose PID stops it.
+		p.cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+			`mount --bind "$0" /etc/hosts && exec "$@"`, s.hostsFile, filepath.Join(s.binDir, name)}, args...)...)
+	}
 	p.cmd.Dir = s.Dir
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Its own process group: a terminal's Ctrl-C reaches only the

@@ -112,25 +112,20 @@ func TestPackageDocsNameKnownReleases(t *testing.T) {
 	}
 }
 
-// TestREADMENamesKnownReleases: where the README, outside its Development
-// section (which is about building the tests, not what they check), says
-// test/kubeletcompat checks something against patch releases it names every
-// release the oracle tests run, and a count of releases is the table's.
+// TestREADMENamesKnownReleases: where the README or the operators' docs
+// (not docs/development.md, which is about building the tests, not what
+// they check) say test/kubeletcompat checks something against patch
+// releases, they name every release the oracle tests run, and a count of
+// releases is the table's.
 func TestREADMENamesKnownReleases(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := string(b)
-	if i := strings.Index(readme, "\n## Development\n"); i >= 0 {
-		end := len(readme)
-		if j := strings.Index(readme[i+1:], "\n## "); j >= 0 {
-			end = i + 1 + j
+	for _, f := range []string{"README.md", "docs/install.md", "docs/operate.md", "docs/reference.md"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", f))
+		if err != nil {
+			t.Fatal(err)
 		}
-		readme = readme[:i] + readme[end:]
-	}
-	for _, p := range releaseProblems(readme, false, nil) {
-		t.Errorf("README %s", p)
+		for _, p := range releaseProblems(string(b), false, nil) {
+			t.Errorf("%s %s", f, p)
+		}
 	}
 }
 

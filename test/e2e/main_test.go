@@ -126,7 +126,7 @@ func (s *suite) start() error {
 		return err
 	}
 	emergency.push("stop containerd", s.containerd.stop)
-	if s.api, err = kubeapitest.Start(kubeapitest.Options{}); err != nil {
+	if s.api, err = kubeapitest.Start(kubeapitest.Options{KubeletHosts: []string{nodeName}}); err != nil {
 		return fmt.Errorf("starting kube-apiserver and etcd: %w", err)
 	}
 	emergency.push("stop kube-apiserver and etcd", s.api.Stop)

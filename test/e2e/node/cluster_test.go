@@ -97,7 +97,7 @@ const kubeletClientPEM = "/var/lib/kubelet/pki/kubelet-client-current.pem"
 // client certificate, system:node:<name> in system:nodes, which the
 // returned PEM holds (for kubeletClientPEM). The API server runs the Node
 // authorizer: this identity may write this Node only, and hotplugd uses
-// it as the README says.
+// it as docs/install.md says.
 func guestKubeconfig(t *testing.T) (kubeconfig, clientPEM []byte) {
 	t.Helper()
 	s := api(t)

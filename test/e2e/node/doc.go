@@ -2,7 +2,7 @@
 // on it as they happened: a Debian bookworm node (hack/node-image.sh: systemd
 // as PID 1, containerd, runc, the kubelet of hack/kubebin.sh laid out as
 // kubeadm lays it out) under QEMU's TCG, joined to an API server on the host
-// (internal/kubeapitest), with hotplugd installed by the README's own
+// (internal/kubeapitest), with hotplugd installed by docs/install.md's own
 // commands, `--remedy=restart-kubelet` through systemd's D-Bus API: one
 // RestartUnit job that systemd owns, the state files repaired by hotplugd
 // preflight in the kubelet's start (ExecStartPre=-, never blocking).

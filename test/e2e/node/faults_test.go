@@ -192,7 +192,16 @@ echo 'HOTPLUGD_PREFLIGHT_ARGS="--kubelet-version=` + v.kubeletVersion() + `"' >>
 	v.restartHotplugd()
 	t.Logf("%d trial(s) per moment", *faultTrials)
 	t.Run("unit", func(t *testing.T) { v.on(t).trials(t, unitVictim, unitMoments) })
+	// An uninstall's first step (docs/install.md): disabled, then stopped,
+	// the unit's hotplugd removes its condition and annotations from the
+	// Node as it stops (--prune-on-removal=systemd/%n).
 	v.run("systemctl", "disable", "--now", "hotplugd")
+	if n := getNode(t); n == nil || staleStatus(n) != "" || hasHotplugdAnnotation(n) {
+		t.Errorf("after systemctl disable --now hotplugd the Node still carries its condition or annotations: %+v %v", n.Status.Conditions, n.Annotations)
+	} else {
+		addResult(result{scenario: "12 uninstall", side: "hotplugd", change: "systemctl disable --now hotplugd", correct: "-", writes: -1,
+			note: "the unit's hotplugd pruned its Node as it stopped: no condition, no hotplugd.io/ annotation"})
+	}
 	t.Run("DaemonSet", func(t *testing.T) { podTrials(t, v.on(t), b.hotplugdImage, versionArg) })
 	checkPinned(t, before, v.waitPinnedRunning())
 }
@@ -200,7 +209,7 @@ echo 'HOTPLUGD_PREFLIGHT_ARGS="--kubelet-version=` + v.kubeletVersion() + `"' >>
 // TestNodeFaults is scenario 10 alone, for make e2e-node-faults: a node
 // booted once with the 5 CPUs scenario 10 runs on in TestNode (there the
 // fourth boot, after the CPU upgrade and hot-add), the pinned pod on CPU 1,
-// hotplugd installed as the README says with TestNode's flags for boot 4,
+// hotplugd installed as docs/install.md says with TestNode's flags for boot 4,
 // then $HOTPLUGD_NODE_FAULT_TRIALS (or -fault-trials) trials per moment.
 // Without either it skips: TestNode runs scenario 10 once per moment.
 func TestNodeFaults(t *testing.T) {

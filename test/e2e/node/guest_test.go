@@ -184,7 +184,7 @@ func (v *vm) hotplugdMetric(name string) float64 {
 	return sum
 }
 
-// installHotplugd installs hotplugd as the README's "systemd" section
+// installHotplugd installs hotplugd as docs/install.md's "systemd" section
 // tells an operator: the commands between its systemd-install markers run
 // in a copy of the repository's deploy/systemd and the built binary.
 func (v *vm) installHotplugd(bin string) {
@@ -195,12 +195,12 @@ func (v *vm) installHotplugd(bin string) {
 		v.putFile(filepath.Join(repoRoot, "deploy", "systemd", f), at+"/deploy/systemd/"+f, 0o644)
 	}
 	script := readmeBlock(v.t, "systemd-install")
-	v.t.Logf("the README's systemd install:\n%s", script)
+	v.t.Logf("docs/install.md's systemd install:\n%s", script)
 	v.sh("cd " + at + "\n" + script)
 }
 
 // Where hotplugd's binary and the kubelet's preflight drop-in go on the
-// node (deploy/systemd, the README's systemd install).
+// node (deploy/systemd, docs/install.md's systemd install).
 const (
 	guestHotplugd        = "/usr/local/bin/hotplugd"
 	guestPreflightDropIn = "/etc/systemd/system/kubelet.service.d/10-hotplugd-preflight.conf"
@@ -218,11 +218,11 @@ func (v *vm) provisionPreflight(bin string) {
 	v.run("systemctl", "daemon-reload")
 }
 
-// readmeBlock is the shell code of the README's ```sh blocks between
-// <!-- begin NAME --> and <!-- end NAME -->.
+// readmeBlock is the shell code of docs/install.md's ```sh blocks between
+// <!-- begin NAME --> and <!-- end NAME --> (the README links to it).
 func readmeBlock(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	b, err := os.ReadFile(filepath.Join(repoRoot, "docs", "install.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,14 +230,14 @@ func readmeBlock(t *testing.T, name string) string {
 	_, rest, ok := strings.Cut(s, "<!-- begin "+name+" -->")
 	body, _, ok2 := strings.Cut(rest, "<!-- end "+name+" -->")
 	if !ok || !ok2 {
-		t.Fatalf("README.md has no <!-- begin %s --> ... <!-- end %s --> section", name, name)
+		t.Fatalf("docs/install.md has no <!-- begin %s --> ... <!-- end %s --> section", name, name)
 	}
 	var code strings.Builder
 	for _, m := range shBlock.FindAllStringSubmatch(body, -1) {
 		code.WriteString(m[1])
 	}
 	if code.Len() == 0 {
-		t.Fatalf("README.md's %s section has no ```sh block", name)
+		t.Fatalf("docs/install.md's %s section has no ```sh block", name)
 	}
 	return code.String()
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 )
 
 const (
@@ -84,7 +86,7 @@ func hugepagesAre(b int64) func(*v1.Node) bool {
 
 // TestNode runs the scenarios on one node VM, as a node lives: boots on the
 // same disk, each of scenarios 1 to 4 first with the kubelet alone, then
-// with hotplugd installed as the README says. Scenario 6, the DaemonSet,
+// with hotplugd installed as docs/install.md says. Scenario 6, the DaemonSet,
 // runs first, before hotplugd's unit is installed; the node's provisioning
 // has installed hotplugd's binary and the kubelet's preflight drop-in
 // before the kubelet's first start. Scenarios 7 to 10 are issue 19's: the
@@ -147,6 +149,43 @@ func TestNode(t *testing.T) {
 	v.restartHotplugd()
 	t.Run("9 plain kubelet unit", func(t *testing.T) { plainKubeletUnit(t, v.on(t)) })
 	t.Run("10 SIGKILL during a remedy", func(t *testing.T) { killDuringRemedy(t, v.on(t), builds) })
+	t.Run("12 uninstall", func(t *testing.T) { uninstallSystemd(t, v.on(t)) })
+}
+
+// uninstallSystemd is scenario 12: docs/install.md's systemd uninstall,
+// run as written (its first line finds the unit disabled already: scenario
+// 10 disables it, and checks there that the unit's hotplugd pruned the Node
+// as it stopped); then nothing of hotplugd is left on the node or its Node,
+// and the kubelet restarts fine without the drop-in.
+func uninstallSystemd(t *testing.T, v *vm) {
+	script := readmeBlock(t, "systemd-uninstall")
+	v.t.Logf("docs/install.md's systemd uninstall:\n%s", script)
+	v.sh("set -x\n" + script)
+	if left := v.sh(`ls -d /usr/local/bin/hotplugd /etc/systemd/system/hotplugd.service /etc/default/hotplugd /etc/systemd/system/kubelet.service.d/10-hotplugd-preflight.conf /var/lib/hotplugd /var/lib/kubelet/*.hotplugd-backup-* 2>/dev/null || true`); strings.TrimSpace(left) != "" {
+		t.Errorf("left on the node after the uninstall:\n%s", left)
+	}
+	if n := getNode(t); n == nil || staleStatus(n) != "" || hasHotplugdAnnotation(n) {
+		t.Errorf("after the uninstall the Node still carries hotplugd's condition or annotations: %+v %v", n.Status.Conditions, n.Annotations)
+	}
+	t1 := time.Now()
+	v.run("systemctl", "restart", "kubelet")
+	took := v.waitReady(t1)
+	if r := v.exec("systemctl", "show", "-p", "ExecStartPre", "kubelet"); strings.Contains(r.Stdout, "hotplugd") {
+		t.Errorf("the kubelet's unit still runs hotplugd: %s", r.Stdout)
+	}
+	addResult(result{scenario: "12 uninstall", side: "hotplugd", change: "docs/install.md's systemd uninstall, then systemctl restart kubelet", correct: "-", writes: -1,
+		note: fmt.Sprintf("no file of hotplugd's left, no condition or hotplugd.io/ annotation on the Node; the kubelet restarted without the drop-in, its Node Ready %s later", seconds(took))})
+}
+
+// hasHotplugdAnnotation is whether the Node has an annotation under
+// hotplugd.io/.
+func hasHotplugdAnnotation(n *v1.Node) bool {
+	for k := range n.Annotations {
+		if strings.HasPrefix(k, nodepatch.AnnotationPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // memoryHotAdd is scenario 1, the seeds' incident: a DIMM added while the
