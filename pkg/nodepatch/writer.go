@@ -75,7 +75,7 @@ func NewWriter(o WriterOptions) (*Writer, error) {
 	}
 	w.metrics.stale = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "hotplugd_kubelet_capacity_stale",
-		Help: "1 while the kubelet reports cpu, memory or hugepages that differ from this machine's (the KubeletCapacityStale condition), else 0.",
+		Help: "1 while the kubelet reports cpu, memory or hugepages that differ from the machine's (the KubeletCapacityStale condition), else 0.",
 	})
 	w.metrics.heartbeat = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "hotplugd_condition_heartbeat_timestamp_seconds",
