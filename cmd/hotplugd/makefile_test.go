@@ -26,6 +26,7 @@ var raceExempt = map[string]string{
 	"test/e2e/vm/guestinit":    "the VM's init, run in the guest",
 	"test/systemd":             "test helper: runs a standalone journald",
 	"internal/machinetest":     "test helper",
+	"internal/metricsref":      "test helper: reads collectors' descriptions over a channel",
 	"test/e2e/node/agent":      "the node VM's agent, run in the guest",
 }
 

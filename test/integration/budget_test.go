@@ -1,0 +1,116 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hotplugd/hotplugd/pkg/budget"
+)
+
+// TestIntegrationRestartBudget: twelve nodes contend for a budget of two
+// through a real API server, each taking a hold, "restarting" and giving
+// it back, forty times over: never more than two hold at once (the
+// optimistic concurrency of the Leases' resourceVersion decides every
+// race), and every node gets its turns. Then a holder that dies (never
+// renews, never releases) frees its Lease by expiry: the others take it
+// once its duration has passed, not before.
+func TestIntegrationRestartBudget(t *testing.T) {
+	s := startAPIServer(t)
+	c := s.Client()
+	ctx := context.Background()
+	const ns, slots, nodes, rounds = "hotplugd-system", 2, 12, 40
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newBudget := func(holder string, d time.Duration) *budget.Budget {
+		b, err := budget.New(budget.Options{Client: c, Namespace: ns, Name: "hotplugd-restart", Slots: slots, Holder: holder, Duration: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+
+	var holding, most, turns atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, nodes)
+	for i := range nodes {
+		wg.Go(func() {
+			b := newBudget(fmt.Sprintf("node-%02d", i), time.Minute)
+			for done := 0; done < rounds/nodes+1; {
+				h, err := b.Acquire(ctx)
+				var ex *budget.Exhausted
+				if errors.As(err, &ex) {
+					continue
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				n := holding.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				// The restart: long enough for the others to try.
+				time.Sleep(5 * time.Millisecond)
+				holding.Add(-1)
+				if err := h.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+				turns.Add(1)
+				done++
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if most.Load() > slots || most.Load() < 1 {
+		t.Errorf("at most %d nodes held the budget at once, want 1 to %d", most.Load(), slots)
+	}
+	t.Logf("%d nodes, budget %d: %d holds, at most %d at once", nodes, slots, turns.Load(), most.Load())
+
+	// A holder that dies: both slots taken, one by a node that never comes
+	// back, with a 2 s hold.
+	dead, alive, waiting := newBudget("node-dead", 2*time.Second), newBudget("node-alive", time.Minute), newBudget("node-waiting", time.Minute)
+	hd, err := dead.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := time.Now()
+	if _, err := alive.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		h, err := waiting.Acquire(ctx)
+		var ex *budget.Exhausted
+		if errors.As(err, &ex) {
+			if time.Since(taken) > 30*time.Second {
+				t.Fatalf("node-dead's Lease not taken 30 s after its last renewal: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Slot() != hd.Slot() {
+			t.Errorf("node-waiting took %s, want node-dead's %s", h.Slot(), hd.Slot())
+		}
+		// Leases are judged by whole seconds of duration against the
+		// taker's clock: not before 2 s after the hold.
+		if waited := time.Since(taken); waited < 2*time.Second {
+			t.Errorf("node-waiting took node-dead's Lease %v after it was taken, before its 2 s ran out", waited)
+		}
+		break
+	}
+}
