@@ -250,6 +250,24 @@ pin-image: $(IMAGE_TOOL)
 	@digest=$$($(IMAGE_TOOL) digest --archive $(IMAGE_ARCHIVE)) && \
 	  $(IMAGE_TOOL) pin --kustomization $(KUSTOMIZATION) --name $(KUSTOMIZE_IMAGE) --new-name $(IMAGE) --digest $$digest
 
+# A release (hack/release.sh, docs/release.md). VERSION reaches the script
+# only when given (command line or environment): otherwise the script takes
+# the vX.Y.Z tag of HEAD, not the Makefile's git describe.
+DIST             ?= dist
+RELEASE_UNTAGGED ?=
+
+.PHONY: release
+
+## release: $(DIST)/ for VERSION=vX.Y.Z (default: HEAD's vX.Y.Z tag): static binaries for linux/amd64 and arm64 with
+## an SPDX SBOM each, make image's OCI archive (same digest), deploy/kubernetes rendered report-only and with each
+## component and the packaged Helm chart, both pinned to that digest, CHANGELOG.md's section, SHA256SUMS; the same
+## commit gives the same bytes. Refuses a VERSION that is not HEAD's tag, a dirty tree or a version CHANGELOG.md
+## lacks, unless RELEASE_UNTAGGED=1 (a trial release); hack/release.sh, docs/release.md
+release: $(IMAGE_TOOL)
+	@VERSION="$(if $(filter command line environment,$(origin VERSION)),$(VERSION))" DIST="$(DIST)" \
+	  RELEASE_UNTAGGED="$(RELEASE_UNTAGGED)" IMAGE="$(IMAGE)" IMAGE_SOURCE="$(IMAGE_SOURCE)" \
+	  KUSTOMIZE_IMAGE="$(KUSTOMIZE_IMAGE)" IMAGE_TOOL="$(IMAGE_TOOL)" GO="$(GO)" MAKE="$(MAKE)" hack/release.sh
+
 # hack/image is its own module: go-containerregistry stays out of hotplugd's go.mod.
 $(IMAGE_TOOL): hack/image/go.mod hack/image/go.sum $(filter-out %_test.go,$(wildcard hack/image/*.go))
 	cd hack/image && $(GO) build -trimpath -o $(IMAGE_TOOL) .

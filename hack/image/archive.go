@@ -24,27 +24,9 @@ import (
 // blobs), then the directories and blobs in lexical order; every header
 // fixed (USTAR, 0:0 without names, modes 0755/0644, the epoch as mtime).
 func writeArchive(w io.Writer, dir string, epoch time.Time) error {
-	var names []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		switch {
-		case d.IsDir():
-			rel += "/"
-		case !d.Type().IsRegular():
-			return fmt.Errorf("archive: %s: not a regular file", p)
-		}
-		names = append(names, rel)
-		return nil
-	})
+	names, err := treeEntries(dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("archive: %w", err)
 	}
 	rank := func(n string) int {
 		switch n {
@@ -75,6 +57,34 @@ func writeArchive(w io.Writer, dir string, epoch time.Time) error {
 		}
 	}
 	return tw.Close()
+}
+
+// treeEntries lists what is below dir, slash-separated and relative to it,
+// directories with a trailing "/", in the walk's order. Anything but
+// directories and regular files (a symbolic link) is refused.
+func treeEntries(dir string) ([]string, error) {
+	var names []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		switch {
+		case d.IsDir():
+			rel += "/"
+		case d.Type()&fs.ModeSymlink != 0:
+			return fmt.Errorf("%s is a symbolic link", p)
+		case !d.Type().IsRegular():
+			return fmt.Errorf("%s is not a regular file", p)
+		}
+		names = append(names, rel)
+		return nil
+	})
+	return names, err
 }
 
 func copyFileToTar(tw *tar.Writer, file, name string, epoch time.Time) error {
@@ -225,12 +235,8 @@ func openArchive(archive string) (v1.ImageIndex, archiveIndex, func(), error) {
 func runDigest(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("digest", flag.ContinueOnError)
 	archive := fs.String("archive", "", "OCI archive whose index digest to print (required)")
-	pos, err := parseFlags(fs, args, stderr)
-	if err != nil {
+	if err := parseOnlyFlags(fs, args, stderr); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("digest: unexpected argument %q", pos[0])
 	}
 	if *archive == "" {
 		return errors.New("digest: no --archive given: pass the OCI archive, e.g. --archive bin/image/hotplugd.oci.tar")

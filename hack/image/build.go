@@ -111,15 +111,9 @@ func (o *buildOptions) validate() (buildSpec, error) {
 	}
 	s.entrypoint = ep
 
-	if o.epoch == "" {
-		return s, errors.New("build: no --epoch given: pass the seconds of SOURCE_DATE_EPOCH or `git log -1 --format=%ct`")
+	if s.epoch, err = parseEpoch("epoch", o.epoch); err != nil {
+		return s, fmt.Errorf("build: %w", err)
 	}
-	sec, err := strconv.ParseInt(o.epoch, 10, 64)
-	// USTAR headers hold 11 octal digits of seconds.
-	if err != nil || sec < 0 || sec >= 1<<33 {
-		return s, fmt.Errorf("build: --epoch %q: want whole seconds since 1970, 0 <= epoch < 2^33", o.epoch)
-	}
-	s.epoch = time.Unix(sec, 0).UTC()
 
 	if err := validateRefName(o.name); err != nil {
 		return s, err
@@ -147,6 +141,19 @@ func (o *buildOptions) validate() (buildSpec, error) {
 		return s, errors.New("build: no --out given: pass the OCI archive to write, e.g. --out bin/image/hotplugd.oci.tar")
 	}
 	return s, nil
+}
+
+// parseEpoch reads the flag --name: whole seconds since 1970
+// (SOURCE_DATE_EPOCH). USTAR headers hold 11 octal digits of seconds.
+func parseEpoch(name, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, fmt.Errorf("no --%s given: pass the seconds of SOURCE_DATE_EPOCH or `git log -1 --format=%%ct`", name)
+	}
+	sec, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || sec < 0 || sec >= 1<<33 {
+		return time.Time{}, fmt.Errorf("--%s %q: want whole seconds since 1970, 0 <= epoch < 2^33", name, s)
+	}
+	return time.Unix(sec, 0).UTC(), nil
 }
 
 // parsePlatformBinary parses os/arch[/variant]=PATH.
@@ -229,12 +236,8 @@ func runBuild(args []string, stdout, stderr io.Writer) error {
 	var o buildOptions
 	fs := flag.NewFlagSet("build", flag.ContinueOnError)
 	o.addFlags(fs)
-	pos, err := parseFlags(fs, args, stderr)
-	if err != nil {
+	if err := parseOnlyFlags(fs, args, stderr); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("build: unexpected argument %q", pos[0])
 	}
 	spec, err := o.validate()
 	if err != nil {
@@ -541,4 +544,12 @@ func writeFileAtomic(file string, perm os.FileMode, write func(io.Writer) error)
 		return err
 	}
 	return os.Rename(f.Name(), file)
+}
+
+// writeBytes is the write function of writeFileAtomic that writes b.
+func writeBytes(b []byte) func(io.Writer) error {
+	return func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	}
 }

@@ -335,16 +335,8 @@ func TestArchiveHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tr := tar.NewReader(f)
 	var names []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, h := range tarEntries(t, f) {
 		names = append(names, h.Name)
 		if h.Uid != 0 || h.Gid != 0 || h.Uname != "" || h.Gname != "" || !h.ModTime.Equal(time.Unix(testEpoch, 0)) || h.Format != tar.FormatUSTAR {
 			t.Errorf("%s: header not fixed: uid %d gid %d uname %q gname %q mtime %s format %s", h.Name, h.Uid, h.Gid, h.Uname, h.Gname, h.ModTime, h.Format)
@@ -410,8 +402,14 @@ func layerEntries(t *testing.T, l v1.Layer) []entry {
 		t.Fatal(err)
 	}
 	defer rc.Close()
+	return tarEntries(t, rc)
+}
+
+// tarEntries reads every entry of a tar stream.
+func tarEntries(t *testing.T, r io.Reader) []entry {
+	t.Helper()
 	var out []entry
-	tr := tar.NewReader(rc)
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -444,15 +442,23 @@ func TestLayerHoldsOnlyTheBinary(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		zr, err := gzip.NewReader(rc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if zr.Name != "" || zr.Comment != "" || !zr.ModTime.IsZero() || zr.OS != 255 || zr.Extra != nil {
-			t.Errorf("%s: gzip header not fixed: %+v", plat, zr.Header)
-		}
+		gunzipFixed(t, plat, rc)
 		rc.Close()
 	}
+}
+
+// gunzipFixed opens the gzip stream of what and checks that its header is
+// gzipFixed's: no name, comment, mtime or extra field, OS unknown.
+func gunzipFixed(t *testing.T, what string, r io.Reader) *gzip.Reader {
+	t.Helper()
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if zr.Name != "" || zr.Comment != "" || !zr.ModTime.IsZero() || zr.OS != 255 || zr.Extra != nil {
+		t.Errorf("%s: gzip header not fixed: %+v", what, zr.Header)
+	}
+	return zr
 }
 
 func TestLayerNestedPathAndArgs(t *testing.T) {

@@ -19,6 +19,8 @@ commands:
   push    push an OCI archive's image index and all its images to a registry
   digest  print the image index digest of an OCI archive
   pin     pin an image of a kustomization.yaml to newName@digest
+  sbom    write the SPDX 2.3 JSON SBOM of a Go binary from its embedded build information
+  chart   write a Helm chart directory as a reproducible .tgz (helm's layout)
 
 Run "image <command> -h" for a command's flags.
 `
@@ -53,6 +55,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDigest(args, stdout, stderr)
 	case "pin":
 		return runPin(args, stdout, stderr)
+	case "sbom":
+		return runSBOM(args, stdout, stderr)
+	case "chart":
+		return runChart(args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -81,6 +87,30 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, er
 		positional = append(positional, args[0])
 		args = args[1:]
 	}
+}
+
+// parseOnlyFlags parses the flags of a subcommand that takes no positional
+// argument.
+func parseOnlyFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	pos, err := parseFlags(fs, args, stderr)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%s: unexpected argument %q", fs.Name(), pos[0])
+	}
+	return nil
+}
+
+// requireFlags says which of the named flags of fs, if any, was not given
+// (is empty).
+func requireFlags(fs *flag.FlagSet, names ...string) error {
+	for _, n := range names {
+		if fs.Lookup(n).Value.String() == "" {
+			return fmt.Errorf("%s: no --%s given", fs.Name(), n)
+		}
+	}
+	return nil
 }
 
 // stringList is a repeatable flag.

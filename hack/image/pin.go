@@ -52,12 +52,8 @@ func runPin(args []string, stdout, stderr io.Writer) error {
 	var o pinOptions
 	fs := flag.NewFlagSet("pin", flag.ContinueOnError)
 	o.addFlags(fs)
-	pos, err := parseFlags(fs, args, stderr)
-	if err != nil {
+	if err := parseOnlyFlags(fs, args, stderr); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("pin: unexpected argument %q", pos[0])
 	}
 	if err := o.validate(); err != nil {
 		return err
@@ -74,10 +70,7 @@ func runPin(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("pin: %w", err)
 	}
-	if err := writeFileAtomic(o.kustomization, st.Mode().Perm(), func(w io.Writer) error {
-		_, err := w.Write(out)
-		return err
-	}); err != nil {
+	if err := writeFileAtomic(o.kustomization, st.Mode().Perm(), writeBytes(out)); err != nil {
 		return fmt.Errorf("pin: write %s: %w", o.kustomization, err)
 	}
 	fmt.Fprintf(stdout, "%s: %s -> %s@%s\n", o.kustomization, o.name, o.newName, o.digest)
