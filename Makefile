@@ -148,7 +148,7 @@ monitoring: components
 
 ## lint: gofmt, go vet and staticcheck over hotplugd's packages and hack/image; go vet over the oracle tests of go.mod's
 ## kubelet release (the other releases' builds of the same files are type-checked by make compat; hack/check.sh vets
-## the release-tagged files a change touches for their own release)
+## the release-tagged files a change touches for their own release); the releases' module files current (hack/compat-modules.sh -check)
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -156,6 +156,9 @@ lint: $(STATICCHECK)
 	$(STATICCHECK) -tags e2e ./...
 	cd hack/image && $(GO) vet ./... && $(STATICCHECK) ./...
 	cd $(COMPAT) && $(GO) vet ./...
+	@# A dependency added to go.mod changes what each release's module file
+	@# selects: a stale one fails compat and kubebin only later, in a fresh clone.
+	hack/compat-modules.sh -check
 
 $(STATICCHECK):
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
