@@ -20,6 +20,7 @@ import (
 
 	"github.com/hotplugd/hotplugd/internal/deploytest"
 	"github.com/hotplugd/hotplugd/internal/hacktool"
+	"github.com/hotplugd/hotplugd/internal/metricsref"
 )
 
 // The repository's root: go test runs a test in its package's directory.
@@ -361,32 +362,21 @@ func TestRuleTestsCoverEveryAlert(t *testing.T) {
 	t.Logf("%d alerts, %d alert_rule_test cases", len(cases), total)
 }
 
-var codeMetric = regexp.MustCompile(`Name:\s*"(hotplugd_[a-z0-9_]+)"`)
-
-// hotplugdMetrics are the metric names hotplugd's code registers.
+// hotplugdMetrics are the metric names hotplugd exports, from the code
+// (internal/metricsref, the inventory docs/metrics.md and the dashboard's
+// test use).
 func hotplugdMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	names := map[string]bool{}
-	for _, top := range []string{"cmd", "pkg", "internal"} {
-		err := filepath.WalkDir(filepath.Join(repoRoot, top), func(p string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-				return err
-			}
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			for _, m := range codeMetric.FindAllSubmatch(b, -1) {
-				names[string(m[1])] = true
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+	ms, err := metricsref.Inventory()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(names) == 0 {
-		t.Fatal("found no hotplugd_ metric in the code")
+	names := map[string]bool{}
+	for _, m := range ms {
+		names[m.Name] = true
+	}
+	if !names["hotplugd_remedies_total"] {
+		t.Fatal("the inventory has no hotplugd_remedies_total: not hotplugd's metrics")
 	}
 	return names
 }

@@ -78,7 +78,7 @@ func statusThroughExec(t *testing.T, s *suite, k *kubelet, p *v1.Pod) {
 	t.Helper()
 	out, errOut, err := podExec(t, s.api.RestConfig(), s.api.Client(), p, "/hotplugd", "status", "-o", "json")
 	if err != nil {
-		t.Fatalf("kubectl exec %s -- hotplugd status -o json: %v\nstderr: %s\nthe kubelet's log:\n%s", p.Name, err, errOut, k.logTail(2000))
+		t.Fatalf("kubectl exec %s -- /hotplugd status -o json: %v\nstderr: %s\nthe kubelet's log:\n%s", p.Name, err, errOut, k.logTail(2000))
 	}
 	var st control.Status
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
@@ -90,9 +90,9 @@ func statusThroughExec(t *testing.T, s *suite, k *kubelet, p *v1.Pod) {
 	}
 	text, _, err := podExec(t, s.api.RestConfig(), s.api.Client(), p, "/hotplugd", "status")
 	if err != nil || !strings.Contains(text, "Next ") {
-		t.Errorf("kubectl exec %s -- hotplugd status: %v\n%s", p.Name, err, text)
+		t.Errorf("kubectl exec %s -- /hotplugd status: %v\n%s", p.Name, err, text)
 	}
-	t.Logf("kubectl exec %s -- hotplugd status:\n%s", p.Name, text)
+	t.Logf("kubectl exec %s -- /hotplugd status:\n%s", p.Name, text)
 }
 
 // uninstallDaemonSet is docs/install.md's uninstall of a DaemonSet: the
