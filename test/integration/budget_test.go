@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/hotplugd/hotplugd/pkg/budget"
 )
@@ -20,8 +21,9 @@ import (
 // it back, forty times over: never more than two hold at once (the
 // optimistic concurrency of the Leases' resourceVersion decides every
 // race), and every node gets its turns. Then a holder that dies (never
-// renews, never releases) frees its Lease by expiry: the others take it
-// once its duration has passed, not before.
+// renews, never releases) frees its Lease by expiry: another takes it once
+// its duration has passed by the taker's (fake) clock, not a millisecond
+// before.
 func TestIntegrationRestartBudget(t *testing.T) {
 	s := startAPIServer(t)
 	c := s.Client()
@@ -80,37 +82,36 @@ func TestIntegrationRestartBudget(t *testing.T) {
 	t.Logf("%d nodes, budget %d: %d holds, at most %d at once", nodes, slots, turns.Load(), most.Load())
 
 	// A holder that dies: both slots taken, one by a node that never comes
-	// back, with a 2 s hold.
-	dead, alive, waiting := newBudget("node-dead", 2*time.Second), newBudget("node-alive", time.Minute), newBudget("node-waiting", time.Minute)
+	// back, with a 2 s hold. Expiry is judged by the taker's clock: a fake
+	// one shared with the dead holder (whose renewTime it wrote) makes it
+	// exact, with no waiting.
+	clk := clocktesting.NewFakeClock(time.Now())
+	withClock := func(holder string, d time.Duration) *budget.Budget {
+		b, err := budget.New(budget.Options{Client: c, Namespace: ns, Name: "hotplugd-restart", Slots: slots, Holder: holder, Duration: d, Clock: clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	dead, alive, waiting := withClock("node-dead", 2*time.Second), withClock("node-alive", time.Minute), withClock("node-waiting", time.Minute)
 	hd, err := dead.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	taken := time.Now()
 	if _, err := alive.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		h, err := waiting.Acquire(ctx)
-		var ex *budget.Exhausted
-		if errors.As(err, &ex) {
-			if time.Since(taken) > 30*time.Second {
-				t.Fatalf("node-dead's Lease not taken 30 s after its last renewal: %v", err)
-			}
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Slot() != hd.Slot() {
-			t.Errorf("node-waiting took %s, want node-dead's %s", h.Slot(), hd.Slot())
-		}
-		// Leases are judged by whole seconds of duration against the
-		// taker's clock: not before 2 s after the hold.
-		if waited := time.Since(taken); waited < 2*time.Second {
-			t.Errorf("node-waiting took node-dead's Lease %v after it was taken, before its 2 s ran out", waited)
-		}
-		break
+	clk.Step(2*time.Second - time.Millisecond)
+	var ex *budget.Exhausted
+	if _, err := waiting.Acquire(ctx); !errors.As(err, &ex) {
+		t.Fatalf("node-waiting 1.999 s after node-dead's hold: %v, want the budget exhausted", err)
+	}
+	clk.Step(time.Millisecond)
+	h, err := waiting.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("node-waiting 2 s after node-dead's hold: %v, want node-dead's Lease", err)
+	}
+	if h.Slot() != hd.Slot() {
+		t.Errorf("node-waiting took %s, want node-dead's %s", h.Slot(), hd.Slot())
 	}
 }
