@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	_ "time/tzdata" // --remedy-window's zones in an image with no zoneinfo
 
 	"github.com/go-logr/zapr"
 	"github.com/spf13/pflag"
@@ -21,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/hotplugd/hotplugd/pkg/budget"
 	"github.com/hotplugd/hotplugd/pkg/control"
 	"github.com/hotplugd/hotplugd/pkg/cpuonline"
 	"github.com/hotplugd/hotplugd/pkg/daemon"
@@ -38,6 +41,12 @@ import (
 	"github.com/hotplugd/hotplugd/pkg/sdnotify"
 	"github.com/hotplugd/hotplugd/pkg/topology"
 	"github.com/hotplugd/hotplugd/pkg/uevent"
+)
+
+// The restart budget's Leases: restartBudgetName-0 ... in the namespace.
+const (
+	restartBudgetName      = "hotplugd-restart"
+	defaultBudgetNamespace = "hotplugd-system"
 )
 
 // runOptions are the flags of `hotplugd run`.
@@ -79,8 +88,15 @@ type runOptions struct {
 	KubeletGrace          time.Duration
 	PruneOnRemoval        string
 	PauseDaemonSet        string
+	// The cluster-wide restart budget (pkg/budget) and the windows.
+	RestartBudget          int
+	RestartBudgetNamespace string
+	RestartBudgetLease     time.Duration
+	RestartBudgetPoll      time.Duration
+	RemedyWindows          []string
 
 	minMemoryDelta resource.Quantity
+	windows        remedy.Windows
 	// atStop runs after the daemon stopped on a signal (set by cluster).
 	atStop func(*zap.Logger)
 }
@@ -120,6 +136,11 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.KubeletGrace, "kubelet-grace", 20*time.Second, "how long a kubelet that has just started (restarted by anyone) has to report its Node before a difference counts as drift")
 	fs.StringVar(&o.PruneOnRemoval, "prune-on-removal", "", "what installed this hotplugd, daemonset/NAMESPACE/NAME or systemd/UNIT: at SIGTERM, when that DaemonSet is gone or being deleted, or that unit is disabled or masked (an uninstall, not an update or a restart), hotplugd removes its condition and annotations from its Node before it exits, as hotplugd prune does. \"\": never (the uninstall runs hotplugd prune)")
 	fs.StringVar(&o.PauseDaemonSet, "pause-daemonset", "", "NAMESPACE/NAME of a DaemonSet whose annotation "+pause.Annotation+" pauses the remedy on every node while it is set (one watch of that object; its value is the reason). \"\": no cluster-wide pause")
+	fs.IntVar(&o.RestartBudget, "restart-budget", 1, "at most this many nodes of the cluster restart their kubelet at once (--remedy=restart-kubelet): a node restarts only while it holds one of the Leases "+restartBudgetName+"-0 to -(N-1) in --restart-budget-namespace, and waits (reporting, its condition saying so) while every one is held; 0: no cluster-wide budget, each node decides alone")
+	fs.StringVar(&o.RestartBudgetNamespace, "restart-budget-namespace", "", "namespace of the restart budget's Leases (default $POD_NAMESPACE, else "+defaultBudgetNamespace+")")
+	fs.DurationVar(&o.RestartBudgetLease, "restart-budget-lease", time.Minute, "how long a hold of the restart budget lasts without renewal (renewed every third of it while the restart and its verification run): a node that dies holding it frees it this long after its last renewal")
+	fs.DurationVar(&o.RestartBudgetPoll, "restart-budget-poll", 10*time.Second, "how long a node that found the restart budget taken waits before it asks again (one LIST of the budget's Leases), spread by up to half of it either way")
+	fs.StringArrayVar(&o.RemedyWindows, "remedy-window", nil, "a weekly window in which a kubelet restart may start, \"DAYS HH:MM-HH:MM [ZONE]\" (\"mon-fri 02:00-05:00 Europe/Berlin\", \"* 22:00-06:00\"; days sun..sat, ranges, lists or *; zone UTC when left out); repeat for several; none: any time. Outside them the drift is reported and the restart waits")
 	fs.DurationVar(&o.KubeletPoll, "kubelet-poll", 5*time.Second, "how often hotplugd checks that the kubelet it knows still runs, or looks for one (its configuration files are watched with inotify)")
 }
 
@@ -183,6 +204,21 @@ func (o *runOptions) Validate() error {
 	}
 	if _, err := removal.Parse(o.PruneOnRemoval, nil, nil); err != nil {
 		errs = append(errs, err)
+	}
+	if o.RestartBudget < 0 {
+		errs = append(errs, fmt.Errorf("--restart-budget must be 0 (none) or positive, not %d", o.RestartBudget))
+	}
+	if o.RestartBudgetLease < 3*time.Second || o.RestartBudgetPoll <= 0 {
+		errs = append(errs, fmt.Errorf("--restart-budget-lease must be at least 3s (not %v) and --restart-budget-poll positive (not %v)", o.RestartBudgetLease, o.RestartBudgetPoll))
+	}
+	o.windows = nil
+	for _, spec := range o.RemedyWindows {
+		w, err := remedy.ParseWindow(spec)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--remedy-window: %w", err))
+			continue
+		}
+		o.windows = append(o.windows, w)
 	}
 	if o.PauseDaemonSet != "" {
 		if ns, name, ok := strings.Cut(o.PauseDaemonSet, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
@@ -400,9 +436,24 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 	log.Info("acting on the node", zap.String("node", node), zap.String("remedy", string(mode)),
 		zap.Bool("dry_run", o.DryRun), zap.String("journal", record.Path()))
 
+	var restartBudget *budget.Budget
+	if mode == remedy.ModeRestartKubelet && o.RestartBudget > 0 {
+		ns := cmp.Or(o.RestartBudgetNamespace, os.Getenv("POD_NAMESPACE"), defaultBudgetNamespace)
+		restartBudget, err = budget.New(budget.Options{
+			Client: client, Namespace: ns, Name: restartBudgetName, Slots: o.RestartBudget,
+			Holder: node, Duration: o.RestartBudgetLease,
+		})
+		if err != nil {
+			return nil, cleanup, err
+		}
+		log.Info("kubelet restarts share the cluster's restart budget", zap.Int("at_once", o.RestartBudget),
+			zap.String("leases", ns+"/"+restartBudgetName+"-*"))
+	}
+
 	return func(d *daemon.Daemon) error {
 		obs := control.NewObservations()
 		rem, err := remedy.New(remedy.Options{
+			Budget: restartBudget, BudgetPoll: o.RestartBudgetPoll, BudgetRenew: o.RestartBudgetLease / 3,
 			Interval: o.RemedyInterval, Timeout: o.RemedyTimeout, DryRun: o.DryRun, AllowReadinessReset: o.AllowReadinessReset,
 			Kubelet: watch, Journal: record, WouldRefuse: wouldRefuse, Unit: unit,
 			Control: restarter, Node: obs, Snapshot: d.FS().Snapshot, MinMemoryDelta: o.minMemoryDelta,
@@ -415,6 +466,15 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		if err != nil {
 			return err
 		}
+		if record.Underway() == nil {
+			// A hold an earlier hotplugd of this node took and left
+			// (killed before it wrote its restart down) goes back; one
+			// with a restart under way goes back once it is settled.
+			d.AddTask(func(ctx context.Context) error {
+				rem.ReleaseOwnBudget(ctx)
+				return nil
+			})
+		}
 		var paused control.PauseSource
 		if ns, name, ok := strings.Cut(o.PauseDaemonSet, "/"); ok {
 			pw := pause.NewWatch(client, ns, name, log)
@@ -425,11 +485,15 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 			Config: control.Config{
 				Mode: mode, Settle: o.Settle, Interval: o.RemedyInterval, MaxPerDay: o.MaxRestartsPerDay,
 				Grace: o.KubeletGrace, MinMemoryDelta: o.minMemoryDelta, Heartbeat: o.Heartbeat,
+				Windows: o.windows,
 			},
 			Kubelet: watch, Node: nodes, Writer: writer, Remedy: rem, Journal: record, Observations: obs,
 			Busy: d.Busy, Idle: d.Idle, Log: log, Pause: paused,
 		})
 		if err != nil {
+			return err
+		}
+		if err := metrics.Registry.Register(control.BudgetWaitingGauge(loop.WaitingForBudget)); err != nil {
 			return err
 		}
 		// A memory capacity decrease is a hot-remove only after a memory

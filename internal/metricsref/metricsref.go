@@ -161,6 +161,9 @@ func Inventory() ([]Metric, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("metricsref: %w", err)
 	}
+	if err := cluster.Register(control.BudgetWaitingGauge(func() bool { return false })); err != nil {
+		return nil, fmt.Errorf("metricsref: %w", err)
+	}
 	cpus := &recorder{Registerer: m.Registry}
 	if _, err := cpuonline.New(cpuonline.Options{SysfsRoot: dir, Registerer: cpus}); err != nil {
 		return nil, fmt.Errorf("metricsref: %w", err)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -84,53 +86,56 @@ type Hold struct {
 func (h *Hold) Slot() string { return h.lock.LeaseMeta.Name }
 
 // Acquire takes one Lease of the budget for this node: one it already
-// holds, else a free or expired one, trying each once. *Exhausted when
-// every Lease is held by another node; another error when the API server
-// could not be asked (the caller must not restart then either).
+// holds, else a free or expired one. One LIST of the budget's Leases (by
+// label) finds the candidates, so a node that finds the budget taken made
+// one request; only a candidate is read again and written, with the
+// resourceVersion read (of two nodes that try the same Lease at once, one
+// gets a conflict and tries the next). Leases of slots beyond Slots (a
+// budget made smaller) are ignored. *Exhausted when every Lease is held by
+// another node; another error when the API server could not be asked (the
+// caller must not restart then either).
 func (b *Budget) Acquire(ctx context.Context) (*Hold, error) {
-	var holders []string
-	var errs []error
+	recs, err := b.list(ctx)
+	if err != nil {
+		return nil, err
+	}
 	// Its own Lease first: a hotplugd restarted in the middle of its
 	// remedy finds the hold it had.
-	locks := make([]*resourcelock.LeaseLock, b.o.Slots)
-	recs := make([]*resourcelock.LeaderElectionRecord, b.o.Slots)
-	for i := range locks {
-		locks[i] = b.lock(i)
-		rec, _, err := locks[i].Get(ctx)
-		switch {
-		case apierrors.IsNotFound(err):
-			continue
-		case err != nil:
-			errs = append(errs, err)
-			continue
-		}
-		recs[i] = rec
-		if rec.HolderIdentity == b.o.Holder {
-			return b.take(ctx, locks[i], rec)
+	for i, rec := range recs {
+		if rec != nil && rec.HolderIdentity == b.o.Holder {
+			if h, _, err := b.try(ctx, i); h != nil || err != nil {
+				return h, err
+			}
 		}
 	}
-	for i, lock := range locks {
+	var holders []string
+	var errs []error
+	for _, i := range b.order() {
 		rec := recs[i]
-		if rec == nil {
-			h, err := b.create(ctx, lock)
-			if err == nil {
+		switch {
+		case rec == nil:
+			h, err := b.create(ctx, b.lock(i))
+			switch {
+			case err == nil:
 				return h, nil
-			}
-			if !apierrors.IsAlreadyExists(err) {
+			case apierrors.IsAlreadyExists(err):
+				// Another node made it since the list: read it.
+			default:
 				errs = append(errs, err)
+				continue
 			}
-			continue
-		}
-		if b.held(rec) {
+		case b.held(rec):
 			holders = append(holders, rec.HolderIdentity)
 			continue
 		}
-		h, err := b.take(ctx, lock, rec)
-		if err == nil {
+		h, holder, err := b.try(ctx, i)
+		switch {
+		case h != nil:
 			return h, nil
-		}
-		if !apierrors.IsConflict(err) {
+		case err != nil:
 			errs = append(errs, err)
+		default:
+			holders = append(holders, holder)
 		}
 	}
 	if len(errs) > 0 {
@@ -138,6 +143,83 @@ func (b *Budget) Acquire(ctx context.Context) (*Hold, error) {
 	}
 	slices.Sort(holders)
 	return nil, &Exhausted{Holders: holders}
+}
+
+// list reads the budget's Leases: the record of slot i, nil when its
+// Lease does not exist.
+func (b *Budget) list(ctx context.Context) ([]*resourcelock.LeaderElectionRecord, error) {
+	l, err := b.o.Client.CoordinationV1().Leases(b.o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelBudget + "=" + b.o.Name})
+	if err != nil {
+		return nil, fmt.Errorf("budget: listing the Leases %s/%s-*: %w", b.o.Namespace, b.o.Name, err)
+	}
+	recs := make([]*resourcelock.LeaderElectionRecord, b.o.Slots)
+	for i := range l.Items {
+		lease := &l.Items[i]
+		slot, ok := strings.CutPrefix(lease.Name, b.o.Name+"-")
+		n, err := strconv.Atoi(slot)
+		if !ok || err != nil || n < 0 || n >= b.o.Slots || strconv.Itoa(n) != slot {
+			continue
+		}
+		recs[n] = resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)
+	}
+	return recs, nil
+}
+
+// order is the order in which this node tries the slots: every slot, from
+// one that depends on its name, so that nodes that find several slots free
+// at once spread over them instead of all trying slot 0 first.
+func (b *Budget) order() []int {
+	h := fnv.New32a()
+	h.Write([]byte(b.o.Holder))
+	first := int(h.Sum32() % uint32(b.o.Slots))
+	out := make([]int, b.o.Slots)
+	for i := range out {
+		out[i] = (first + i) % b.o.Slots
+	}
+	return out
+}
+
+// try reads slot i and takes it when it is free, expired or this node's:
+// a nil Hold and nil error when another node holds it (holder) or wrote
+// it since it was read.
+func (b *Budget) try(ctx context.Context, i int) (h *Hold, holder string, err error) {
+	lock := b.lock(i)
+	rec, _, err := lock.Get(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	if b.held(rec) {
+		return nil, rec.HolderIdentity, nil
+	}
+	h, err = b.take(ctx, lock, rec)
+	if apierrors.IsConflict(err) {
+		return nil, "(a node that took it just now)", nil
+	}
+	return h, "", err
+}
+
+// ReleaseOwn gives back every Lease of the budget this node holds: a hold
+// an earlier hotplugd of this node left (killed after taking it); the
+// number released.
+func (b *Budget) ReleaseOwn(ctx context.Context) (int, error) {
+	recs, err := b.list(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for i, rec := range recs {
+		if rec == nil || rec.HolderIdentity != b.o.Holder {
+			continue
+		}
+		h := &Hold{b: b, lock: b.lock(i)}
+		if err := h.Release(ctx); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }
 
 // held is whether rec is another node's live hold.
@@ -228,3 +310,6 @@ func (h *Hold) Release(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Slots is how many nodes may hold the budget at once.
+func (b *Budget) Slots() int { return b.o.Slots }

@@ -122,3 +122,56 @@ func TestNewRefuses(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestAcquireCost: a node that finds the budget taken made one request (a
+// LIST of the budget's Leases); Leases of slots beyond the budget (made
+// smaller since) are neither counted nor taken.
+func TestAcquireCost(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientset()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 27, 5, 0, 0, 0, time.UTC))
+	// Three slots taken by a, b, c; then the budget is 2.
+	for _, h := range []string{"node-a", "node-b", "node-c"} {
+		acquire(t, newBudget(t, c, clk, h, 3))
+	}
+	c.ClearActions()
+	_, err := newBudget(t, c, clk, "node-d", 2).Acquire(ctx)
+	var ex *Exhausted
+	if !errors.As(err, &ex) || len(ex.Holders) != 2 {
+		t.Fatalf("node-d: %v, want the 2 slots held", err)
+	}
+	if a := c.Actions(); len(a) != 1 || a[0].GetVerb() != "list" {
+		t.Errorf("node-d's try made %d requests (%v), want one list", len(a), a)
+	}
+	// The holder of slot 2, beyond the budget of 2, has no hold in it.
+	l, err := c.CoordinationV1().Leases("hotplugd-system").Get(ctx, "hotplugd-restart-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := *l.Spec.HolderIdentity
+	if _, err := newBudget(t, c, clk, outside, 2).Acquire(ctx); !errors.As(err, &ex) {
+		t.Errorf("%s with a budget of 2: %v, want exhausted (its slot 2 is outside)", outside, err)
+	}
+}
+
+// TestReleaseOwn gives back the holds this node has, and no other.
+func TestReleaseOwn(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientset()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 27, 5, 0, 0, 0, time.UTC))
+	a, b := newBudget(t, c, clk, "node-a", 2), newBudget(t, c, clk, "node-b", 2)
+	acquire(t, a)
+	hb := acquire(t, b)
+	if n, err := a.ReleaseOwn(ctx); n != 1 || err != nil {
+		t.Fatalf("ReleaseOwn: %d, %v; want 1", n, err)
+	}
+	if n, err := a.ReleaseOwn(ctx); n != 0 || err != nil {
+		t.Fatalf("ReleaseOwn again: %d, %v; want 0", n, err)
+	}
+	if err := hb.Renew(ctx); err != nil {
+		t.Errorf("node-b's hold after node-a gave its own back: %v", err)
+	}
+	if h := acquire(t, newBudget(t, c, clk, "node-c", 2)); h.Slot() == hb.Slot() {
+		t.Errorf("node-c took node-b's slot %s", h.Slot())
+	}
+}

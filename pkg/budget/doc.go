@@ -14,9 +14,11 @@
 // leaseDurationSeconds passed, by the taker's clock, as leader election
 // judges it) or its own; renews it while its restart and the verification
 // run; and gives it back (holder "") when done. A holder that dies frees
-// its Lease by expiry. Acquire tries each Lease once and never waits: a
-// node that finds none free keeps reporting and asks again later (the
-// control loop's wake), saying that it waits and for whom.
+// its Lease by expiry. Acquire never waits: one LIST of the budget's
+// Leases (by label) finds the candidates, so a node that finds none free
+// made one request; it keeps reporting and asks again later (the control
+// loop's wake), saying that it waits and for whom. Only a candidate is read
+// again and written.
 //
 // Its own package because it is the one piece of hotplugd that writes
 // cluster-scoped coordination state; the remedy only asks it.

@@ -33,6 +33,8 @@ type Config struct {
 	// Heartbeat is how often the condition's lastHeartbeatTime is written
 	// again when nothing changed (0: only on a change).
 	Heartbeat time.Duration
+	// Windows are when a restart may start (none: any time).
+	Windows remedy.Windows
 }
 
 // Inputs are everything Decide looks at: values only.
@@ -79,6 +81,9 @@ type Done struct {
 	// the wait after the attempt that started at CheckedAfter.
 	Checked      string
 	CheckedAfter time.Time
+	// Budget is the last try of the cluster-wide restart budget that found
+	// it taken (cleared by a try that got it, or by anything tried).
+	Budget remedy.BudgetWait
 }
 
 // Plan is one decision: what the Node should carry, what to send, what
@@ -191,41 +196,63 @@ func Decide(in Inputs) Plan {
 		fresh = f.Started.Add(in.Grace)
 	}
 	var drift nodepatch.Drift
+	var nodeEvents int
 	if in.Node != nil {
-		ri := nodepatch.ReportInputs{
-			Node: in.Node, Prediction: pred, MinMemoryDelta: in.MinMemoryDelta, Now: in.Now,
-			Evented: in.Done.Evented, EventedKnown: in.Done.EventedKnown, Heartbeat: in.Heartbeat,
-		}
-		if e, ok := in.Journal.Last(pred.Key); ok && e.Outcome != journal.OutcomeRemediated && e.Reason != "" {
-			ri.Note = nodepatch.Note{Reason: e.Reason, Message: e.Message}
-		}
-		if in.Journal.Underway != nil {
-			ri.HoldAll = "a kubelet restart is under way (its intermediate reports are not drifts)"
-		}
-		if !fresh.IsZero() {
-			ri.HoldStale = "the kubelet has just started: giving it time to report its Node"
-		}
-		p.NodeKnown = true
-		p.Node = nodepatch.Reported(ri)
-		p.NodeReported = p.Node.Held == ""
-		drift = p.Node.Drift
-		if p.Node.Held != "" && !fresh.IsZero() && in.Journal.Underway == nil {
-			p.Wake = fresh
-		}
-		if p.Node.Held == "" && p.Node.NextHeartbeat.After(in.Now) {
-			p.Wake = earliest(p.Wake, p.Node.NextHeartbeat)
-		}
-		if p.Node.Patch != nil && in.Now.Before(in.Done.RetryAt) {
-			p.Node.Patch = nil
-			p.Node.Held = "retrying a failed write at " + in.Done.RetryAt.UTC().Format(time.RFC3339Nano)
-			p.Wake = earliest(p.Wake, in.Done.RetryAt)
-		}
-		p.Events = append(p.Events, p.Node.Events...)
+		drift = decideNode(&p, in, pred, fresh, nodepatch.Note{})
+		nodeEvents = len(p.Node.Events)
 	}
 
 	p.Remedy = decideRemedy(in, pred, drift, fresh)
+	// A node that found the cluster's restart budget taken says so in its
+	// condition while it waits, and while it tries again (Until passed:
+	// a restart; the try running: a remedy under way with no restart
+	// written down), so that the wait writes the Node once.
+	waiting := in.Done.Budget.Key == pred.Key && in.Done.Budget.Note != "" &&
+		(p.Remedy.BudgetWait || p.Remedy.Action == remedy.ActionRestart || (in.Done.Remedying && in.Journal.Underway == nil))
+	if in.Node != nil && waiting {
+		// The node waits for the cluster's restart budget: the condition
+		// says so (the journal's word on this prediction, if any, wins).
+		p.Events = p.Events[:len(p.Events)-nodeEvents]
+		p.Wake = time.Time{}
+		decideNode(&p, in, pred, fresh, nodepatch.Note{Message: in.Done.Budget.Note})
+	}
 	p.Wake = earliest(p.Wake, p.Remedy.At)
 	return p
+}
+
+// decideNode is the Node's half of the plan, with note as the remedy's
+// word when the journal has none for the prediction; it returns the drift.
+func decideNode(p *Plan, in Inputs, pred nodepatch.Prediction, fresh time.Time, note nodepatch.Note) nodepatch.Drift {
+	ri := nodepatch.ReportInputs{
+		Node: in.Node, Prediction: pred, MinMemoryDelta: in.MinMemoryDelta, Now: in.Now,
+		Evented: in.Done.Evented, EventedKnown: in.Done.EventedKnown, Heartbeat: in.Heartbeat,
+		Note: note,
+	}
+	if e, ok := in.Journal.Last(pred.Key); ok && e.Outcome != journal.OutcomeRemediated && e.Reason != "" {
+		ri.Note = nodepatch.Note{Reason: e.Reason, Message: e.Message}
+	}
+	if in.Journal.Underway != nil {
+		ri.HoldAll = "a kubelet restart is under way (its intermediate reports are not drifts)"
+	}
+	if !fresh.IsZero() {
+		ri.HoldStale = "the kubelet has just started: giving it time to report its Node"
+	}
+	p.NodeKnown = true
+	p.Node = nodepatch.Reported(ri)
+	p.NodeReported = p.Node.Held == ""
+	if p.Node.Held != "" && !fresh.IsZero() && in.Journal.Underway == nil {
+		p.Wake = fresh
+	}
+	if p.Node.Held == "" && p.Node.NextHeartbeat.After(in.Now) {
+		p.Wake = earliest(p.Wake, p.Node.NextHeartbeat)
+	}
+	if p.Node.Patch != nil && in.Now.Before(in.Done.RetryAt) {
+		p.Node.Patch = nil
+		p.Node.Held = "retrying a failed write at " + in.Done.RetryAt.UTC().Format(time.RFC3339Nano)
+		p.Wake = earliest(p.Wake, in.Done.RetryAt)
+	}
+	p.Events = append(p.Events, p.Node.Events...)
+	return p.Node.Drift
 }
 
 // decideRemedy is the remedy's half (remedy.Decide) over the loop's
@@ -240,7 +267,7 @@ func decideRemedy(in Inputs, pred nodepatch.Prediction, drift nodepatch.Drift, f
 		Mode: in.Mode, Off: cmp.Or(remedyOff(in.Node), in.Paused), Known: in.Node != nil, Drift: drift, Now: in.Now,
 		Settle: in.Settle, Busy: in.Busy, Interval: in.Interval,
 		LastAttempt: lastAttempt, MaxPerDay: in.MaxPerDay, LastActivity: in.LastActivity,
-		KubeletFresh: fresh, Key: pred.Key,
+		KubeletFresh: fresh, Key: pred.Key, Windows: in.Windows, Budget: in.Done.Budget,
 	}
 	if in.MaxPerDay > 0 {
 		ri.Restarts = in.Journal.RestartsSince(in.Now.Add(-day))

@@ -155,6 +155,44 @@ func TestDecideNote(t *testing.T) {
 	}
 }
 
+// TestDecideBudgetNote: a node that found the restart budget taken says
+// so in its condition while it waits, while its next try is due (a
+// restart planned) and while that try runs (the executor busy, nothing
+// under way), so that the wait writes the Node once; the wait's end is
+// the wake. Not for another key, and not once the remedy is paused.
+func TestDecideBudgetNote(t *testing.T) {
+	const note = "waiting for the cluster's restart budget (at most 2 kubelet restarts at once)"
+	base := decideBase(t)
+	key := mustPredict(t, base).Key
+	until := base.Now.Add(7 * time.Second)
+	for _, tc := range []struct {
+		name   string
+		change func(*Inputs)
+		noted  bool
+		action remedy.Action
+	}{
+		{"waiting", func(*Inputs) {}, true, remedy.ActionWait},
+		{"next try due", func(in *Inputs) { in.Now = until }, true, remedy.ActionRestart},
+		{"the try running", func(in *Inputs) { in.Now, in.Done.Remedying = until, true }, true, remedy.ActionWait},
+		{"another key", func(in *Inputs) { in.Done.Budget.Key = "other" }, false, remedy.ActionRestart},
+		{"paused", func(in *Inputs) { in.Paused = "maintenance" }, false, remedy.ActionReport},
+	} {
+		in := decideBase(t)
+		in.Done.Budget = remedy.BudgetWait{Key: key, Until: until, Why: "waiting for the cluster's restart budget (2 at once), held by [a b]", Note: note}
+		tc.change(&in)
+		p := Decide(in)
+		if got := strings.HasSuffix(p.Node.Condition.Message, "; "+note); got != tc.noted || p.Node.Condition.Reason != nodepatch.ReasonCapacityDrift {
+			t.Errorf("%s: condition %s %q, noted %v, want %v", tc.name, p.Node.Condition.Reason, p.Node.Condition.Message, got, tc.noted)
+		}
+		if p.Remedy.Action != tc.action {
+			t.Errorf("%s: remedy %s, want %s", tc.name, p.Remedy, tc.action)
+		}
+		if tc.name == "waiting" && (!p.Remedy.BudgetWait || !p.Wake.Equal(until) || len(p.Events) != 1) {
+			t.Errorf("%s: remedy %s (budget wait %v), wake %v, events %v; want the budget's wait until %v and one drift Event", tc.name, p.Remedy, p.Remedy.BudgetWait, p.Wake, p.Events, until)
+		}
+	}
+}
+
 // TestDecideIsPure: the same inputs give the same plan.
 func TestDecideIsPure(t *testing.T) {
 	in := decideBase(t)

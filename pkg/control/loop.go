@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
@@ -113,6 +114,15 @@ func (l *Loop) Status() (Status, bool) {
 	return NewStatus(l.lastIn, l.lastPlan), true
 }
 
+// WaitingForBudget reports whether the last decision waits for the
+// cluster-wide restart budget (hotplugd_restart_budget_waiting). Safe for
+// concurrent use.
+func (l *Loop) WaitingForBudget() bool {
+	l.statusMu.Lock()
+	defer l.statusMu.Unlock()
+	return l.decided && l.lastPlan.Remedy.BudgetWait
+}
+
 // New returns a Loop.
 func New(o Options) (*Loop, error) {
 	if o.Kubelet == nil || o.Node == nil || o.Writer == nil || o.Remedy == nil || o.Journal == nil {
@@ -183,6 +193,7 @@ type result struct {
 	tried   bool
 	checked string    // a check found a restart would be tried for this key
 	after   time.Time // the last attempt's start when the check began
+	budget  *remedy.BudgetWait
 }
 
 // Run decides and executes until ctx is done. It first has the executor
@@ -300,7 +311,9 @@ func (l *Loop) Run(ctx context.Context) error {
 			go func(p remedy.Plan, after time.Time) {
 				r := result{start: o.Clock.Now(), after: after}
 				if p.Action == remedy.ActionRestart {
-					_, r.tried = o.Remedy.Restart(ctx, p)
+					var a remedy.Attempt
+					a, r.tried = o.Remedy.Restart(ctx, p)
+					r.budget = a.Budget
 				} else if _, r.tried = o.Remedy.Check(ctx, p); !r.tried {
 					r.checked = p.Key
 				}
@@ -341,8 +354,11 @@ func (l *Loop) Run(ctx context.Context) error {
 			switch {
 			case r.tried:
 				done.LastTry = r.start
+				done.Budget = remedy.BudgetWait{}
 			case r.checked != "":
 				done.Checked, done.CheckedAfter = r.checked, r.after
+			case r.budget != nil:
+				done.Budget = *r.budget
 			}
 		}
 		if timer != nil {
@@ -417,4 +433,18 @@ func (o *Observations) set(st nodepatch.State) {
 	o.st = st
 	close(o.ch)
 	o.ch = make(chan struct{})
+}
+
+// BudgetWaitingGauge is hotplugd_restart_budget_waiting, from waiting
+// (Loop.WaitingForBudget), read at each scrape.
+func BudgetWaitingGauge(waiting func() bool) prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "hotplugd_restart_budget_waiting",
+		Help: "1 while a kubelet restart waits for the cluster-wide restart budget (every Lease held by another node, or the budget could not be asked), else 0.",
+	}, func() float64 {
+		if waiting() {
+			return 1
+		}
+		return 0
+	})
 }

@@ -91,6 +91,25 @@ type Inputs struct {
 	// for, in the wait after LastAttempt: a rate-limited wait checks each
 	// key once.
 	Checked string
+	// Windows are the times a restart may start in (--remedy-window);
+	// none: any time.
+	Windows Windows
+	// Budget is the last try of the cluster-wide restart budget that found
+	// it taken (zero: none for this key).
+	Budget BudgetWait
+}
+
+// BudgetWait is a try of the cluster-wide restart budget (pkg/budget)
+// that found it taken or could not ask: the restart for Key waits until
+// Until, then tries again.
+type BudgetWait struct {
+	Key   string
+	Until time.Time
+	// Why is what the try found, for the plan ("held by node-a, node-b").
+	Why string
+	// Note is the condition's word while the node waits: stable, so that
+	// waiting writes the Node once.
+	Note string
 }
 
 // Plan is a decision with its reason.
@@ -103,6 +122,8 @@ type Plan struct {
 	Drift nodepatch.Drift
 	// Key is Inputs.Key, for the remedy's record.
 	Key string
+	// BudgetWait: the wait is for the cluster-wide restart budget.
+	BudgetWait bool
 }
 
 // String reads "restart: capacity cpu 2 -> 1 has outlasted the settle time".
@@ -172,6 +193,19 @@ func Decide(in Inputs) Plan {
 		p.Why = fmt.Sprintf("daily budget spent: %d kubelet restarts in the last 24 hours (at most %d)", len(in.Restarts), in.MaxPerDay)
 		p = checkOnce(p, in)
 	default:
+		if open, next := in.Windows.Open(in.Now); !open {
+			p.Action, p.At = ActionWait, next
+			if next.IsZero() {
+				p.At = in.Now.Add(24 * time.Hour)
+			}
+			p.Why = fmt.Sprintf("outside the remedy windows (%s): the restart waits for the next one", in.Windows)
+			return checkOnce(p, in)
+		}
+		if in.Budget.Key == in.Key && in.Now.Before(in.Budget.Until) {
+			p.Action, p.At, p.BudgetWait = ActionWait, in.Budget.Until, true
+			p.Why = in.Budget.Why
+			return p
+		}
 		p.Action, p.Why = ActionRestart, sig.String()+" outlasted the settle time"
 	}
 	return p

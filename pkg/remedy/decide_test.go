@@ -58,6 +58,24 @@ func TestDecide(t *testing.T) {
 			in.Previous = &journal.Entry{Key: "k1", Start: t0.Add(-time.Hour), Outcome: OutcomeWithheld}
 		}, ActionReport, time.Time{}},
 		{"a kubelet that has just started", func(in *Inputs) { in.KubeletFresh = t0.Add(20 * time.Second) }, ActionWait, t0.Add(20 * time.Second)},
+		// The cluster-wide restart budget: a try found it taken for this
+		// key; the restart waits until the next try, then is tried again.
+		{"budget taken", func(in *Inputs) {
+			in.Budget = BudgetWait{Key: "k1", Until: t0.Add(15 * time.Second), Why: "held by node-b"}
+		}, ActionWait, t0.Add(15 * time.Second)},
+		{"budget taken, next try due", func(in *Inputs) { in.Budget = BudgetWait{Key: "k1", Until: t0.Add(10 * time.Second)} }, ActionRestart, time.Time{}},
+		{"budget taken for another key", func(in *Inputs) { in.Budget = BudgetWait{Key: "k0", Until: t0.Add(time.Hour)} }, ActionRestart, time.Time{}},
+		{"budget taken, not settled", func(in *Inputs) {
+			in.Budget, in.Now = BudgetWait{Key: "k1", Until: t0.Add(15 * time.Second)}, t0.Add(time.Second)
+		}, ActionWait, t0.Add(3 * time.Second)},
+		// Windows (22 November 2026 is a Sunday).
+		{"in a window", func(in *Inputs) { in.Windows = mustWindows(t, "sun 04:00-05:00") }, ActionRestart, time.Time{}},
+		{"outside the windows: checked once", func(in *Inputs) { in.Windows = mustWindows(t, "mon-fri 02:00-05:00") }, ActionCheck, t0.Add(22 * time.Hour)},
+		{"outside the windows, checked", func(in *Inputs) { in.Windows, in.Checked = mustWindows(t, "mon-fri 02:00-05:00"), "k1" }, ActionWait, t0.Add(22 * time.Hour)},
+		{"outside the windows, waiting for the budget too", func(in *Inputs) {
+			in.Windows, in.Checked = mustWindows(t, "sat 02:00-03:00"), "k1"
+			in.Budget = BudgetWait{Key: "k1", Until: t0.Add(15 * time.Second)}
+		}, ActionWait, t0.Add(6*24*time.Hour - 2*time.Hour)},
 		{"a kubelet that has had its time", func(in *Inputs) { in.KubeletFresh = t0.Add(5 * time.Second) }, ActionRestart, time.Time{}},
 		{"kubelet not remediable", func(in *Inputs) { in.Remediable, in.NotRemediable = false, "no kubelet running yet" }, ActionReport, time.Time{}},
 		{"this key failed before", func(in *Inputs) {
@@ -88,4 +106,17 @@ func TestDecide(t *testing.T) {
 			}
 		})
 	}
+}
+
+func mustWindows(t *testing.T, specs ...string) Windows {
+	t.Helper()
+	var ws Windows
+	for _, s := range specs {
+		w, err := ParseWindow(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	return ws
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/clock"
 
+	"github.com/hotplugd/hotplugd/pkg/budget"
 	"github.com/hotplugd/hotplugd/pkg/journal"
 	"github.com/hotplugd/hotplugd/pkg/kubeletwatch"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
@@ -119,6 +120,18 @@ type Options struct {
 	// memory (nothing survives a restart).
 	Journal *journal.Journal
 
+	// Budget is the cluster-wide restart budget (pkg/budget): a restart
+	// is asked for only while this node holds one of its Leases, renewed
+	// until the verification ends; nil: none (the node decides alone).
+	Budget *budget.Budget
+	// BudgetPoll is how long a node that found the budget taken waits
+	// before it tries again (default 10s), spread by up to half of it
+	// either way so that waiting nodes do not ask in step.
+	BudgetPoll time.Duration
+	// BudgetRenew is how often a hold is renewed (a third of its
+	// duration).
+	BudgetRenew time.Duration
+
 	Control Restarter
 	Node    NodeView
 	// Snapshot takes a full topology snapshot (for the dry-run repair).
@@ -162,6 +175,9 @@ type Attempt struct {
 	// Report is the dry-run repair's report (what preflight in the
 	// kubelet's start will do).
 	Report preflight.Report
+	// Budget is set when nothing was tried because the cluster-wide
+	// restart budget was taken or could not be asked.
+	Budget *BudgetWait
 }
 
 // Remedier executes the remedy's plans (pkg/control decides them): it
@@ -176,6 +192,7 @@ type Remedier struct {
 	metrics struct {
 		attempts *prometheus.CounterVec
 		restarts prometheus.Counter
+		budget   *prometheus.CounterVec
 	}
 
 	mu       sync.Mutex
@@ -219,8 +236,21 @@ func New(o Options) (*Remedier, error) {
 		Name: "hotplugd_kubelet_restarts_total",
 		Help: "Kubelet restarts hotplugd asked the kubelet's supervisor for.",
 	})
+	m.metrics.budget = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hotplugd_restart_budget_tries_total",
+		Help: "Tries of the cluster-wide restart budget before a kubelet restart, by result: taken (a Lease held), exhausted (every Lease held by another node: waiting), error (the API server could not be asked: waiting).",
+	}, []string{"result"})
+	for _, r := range []string{"taken", "exhausted", "error"} {
+		m.metrics.budget.WithLabelValues(r)
+	}
+	if m.o.BudgetPoll <= 0 {
+		m.o.BudgetPoll = 10 * time.Second
+	}
+	if m.o.BudgetRenew <= 0 {
+		m.o.BudgetRenew = 20 * time.Second
+	}
 	if o.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.metrics.attempts, m.metrics.restarts} {
+		for _, c := range []prometheus.Collector{m.metrics.attempts, m.metrics.restarts, m.metrics.budget} {
 			if err := o.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("remedy: %w", err)
 			}

@@ -34,10 +34,33 @@ func (m *Remedier) restart(ctx context.Context, plan Plan, start time.Time) Atte
 	if j.done {
 		return j.a
 	}
-	a, facts := j.a, j.facts
+	a := j.a
 	if m.o.DryRun {
 		return m.planOnly(plan, a)
 	}
+	// The cluster-wide budget, last: a restart that would be refused or
+	// withheld takes no Lease from another node.
+	hold, wait := m.takeBudget(ctx, plan.Key)
+	if wait != nil {
+		return Attempt{Key: plan.Key, Budget: wait} // nothing tried
+	}
+	stop := m.keepHold(hold)
+	a = m.restartHeld(ctx, plan, start, next, j)
+	stop()
+	// A restart asked for and then interrupted (hotplugd stopping) keeps
+	// its hold: the restart goes on in the supervisor, and the next
+	// hotplugd gives the hold back once it verified it (or the hold
+	// expires).
+	if !(a.Outcome == OutcomeInterrupted && a.Restarted) {
+		m.releaseHold(hold)
+	}
+	return a
+}
+
+// restartHeld is the restart once the budget allows it: write it down, ask
+// the supervisor, verify.
+func (m *Remedier) restartHeld(ctx context.Context, plan Plan, start time.Time, next string, j judgement) Attempt {
+	a, facts := j.a, j.facts
 	u := journal.Underway{Key: plan.Key, Phase: journal.PhaseRestarting, Start: start, Drift: plan.Drift.String(), Before: processOf(facts)}
 	rec, err := recordKubelet(facts)
 	if err == nil {
@@ -291,6 +314,8 @@ func (m *Remedier) Recover(ctx context.Context, u journal.Underway) {
 		}
 	}
 	m.record(m.finish(a, u.Start), start)
+	// Settled: the hold this node's earlier hotplugd took for it goes back.
+	m.ReleaseOwnBudget(ctx)
 }
 
 // processOf is the kubelet process of f (nil when none is known).

@@ -8,6 +8,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // What deploy/kubernetes/components/restart-kubelet changes.
@@ -50,9 +53,14 @@ func TestRestartKubeletComponent(t *testing.T) {
 	}
 
 	got := build(t, copyOverlay(t, nil, "restart-kubelet"))
-	if diff := cmp.Diff(slices.Sorted(maps.Keys(base)), slices.Sorted(maps.Keys(got))); diff != "" {
-		t.Errorf("objects (-base +overlay):\n%s", diff)
+	// The restart budget's objects come with the component, and only they.
+	wantKeys := slices.Sorted(maps.Keys(base))
+	wantKeys = append(wantKeys, budgetKeys...)
+	slices.Sort(wantKeys)
+	if diff := cmp.Diff(wantKeys, slices.Sorted(maps.Keys(got))); diff != "" {
+		t.Errorf("objects (-base and the budget's +overlay):\n%s", diff)
 	}
+	checkBudgetRBAC(t, got, rbacv1.Subject{Kind: "ServiceAccount", Name: "hotplugd", Namespace: "hotplugd-system"})
 	for k, o := range base {
 		if k == dsKey || got[k] == nil {
 			continue
@@ -79,4 +87,55 @@ func TestRestartKubeletComponent(t *testing.T) {
 			t.Errorf("restart-kubelet and monitoring together: no read-only mount of %s", m.path)
 		}
 	}
+}
+
+// budgetKeys are the restart budget's objects (deploy/kubernetes/budget and
+// the component's binding): nothing else of the component's is an object.
+var budgetKeys = []string{
+	key("Role", "hotplugd-system", "hotplugd-restart-budget"),
+	key("RoleBinding", "hotplugd-system", "hotplugd-restart-budget"),
+	key("ValidatingAdmissionPolicy", "", "hotplugd-restart-budget"),
+	key("ValidatingAdmissionPolicyBinding", "", "hotplugd-restart-budget"),
+}
+
+// checkBudgetRBAC: the restart budget's Role grants exactly what pkg/budget
+// does with Leases (get, list, create, update; no delete, no watch, nothing
+// else) in hotplugd's namespace, bound to subject alone.
+func checkBudgetRBAC(t *testing.T, objs map[string]*unstructured.Unstructured, subject rbacv1.Subject) {
+	t.Helper()
+	var role rbacv1.Role
+	var rb rbacv1.RoleBinding
+	for k, into := range map[string]any{budgetKeys[0]: &role, budgetKeys[1]: &rb} {
+		o := objs[k]
+		if o == nil {
+			t.Errorf("no %s", k)
+			return
+		}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, into); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "create", "update"}}}
+	if diff := cmp.Diff(wantRules, role.Rules); diff != "" {
+		t.Errorf("the budget's Role (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]rbacv1.Subject{subject}, rb.Subjects); diff != "" || rb.RoleRef.Name != role.Name || rb.RoleRef.Kind != "Role" {
+		t.Errorf("the budget's RoleBinding: role %s %s, subjects (-want +got):\n%s", rb.RoleRef.Kind, rb.RoleRef.Name, diff)
+	}
+}
+
+// TestSystemdCluster: deploy/systemd/cluster, which docs/install.md has an
+// admin apply for systemd nodes with the remedy, is the namespace and the
+// restart budget's objects bound to the nodes' kubelet credentials, and
+// nothing else: no service account, no DaemonSet, no Node permissions.
+func TestSystemdCluster(t *testing.T) {
+	got := build(t, filepath.Join(repoRoot, "deploy", "systemd", "cluster"))
+	nodesBinding := key("RoleBinding", "hotplugd-system", "hotplugd-restart-budget-nodes")
+	want := []string{key("Namespace", "", "hotplugd-system"), budgetKeys[0], nodesBinding, budgetKeys[2], budgetKeys[3]}
+	slices.Sort(want)
+	if diff := cmp.Diff(want, slices.Sorted(maps.Keys(got))); diff != "" {
+		t.Fatalf("objects (-want +got):\n%s", diff)
+	}
+	got[budgetKeys[1]] = got[nodesBinding]
+	checkBudgetRBAC(t, got, rbacv1.Subject{APIGroup: "rbac.authorization.k8s.io", Kind: "Group", Name: "system:nodes"})
 }

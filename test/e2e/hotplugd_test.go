@@ -22,6 +22,10 @@ const (
 	settle      = 3 * time.Second
 )
 
+// budgetNamespace holds the restart budget's Leases of the hotplugd
+// processes the tests run on the host (main_test.go creates it).
+const budgetNamespace = "hotplugd-e2e-budget"
+
 // startHotplugd runs `hotplugd run --remedy=restart-kubelet` for k's Node,
 // with k's configuration, root directory and restart script (the
 // supervisor's restart, with preflight in the kubelet's start), the default
@@ -32,7 +36,7 @@ func startHotplugd(t *testing.T, s *suite, k *kubelet, extra ...string) *daemont
 	args := append([]string{
 		"--node-name", nodeName, "--kubeconfig", s.kubeconfig,
 		"--kubelet-config", k.Config, "--kubelet-root-dir", k.RootDir,
-		"--remedy", "restart-kubelet",
+		"--remedy", "restart-kubelet", "--restart-budget-namespace", budgetNamespace,
 		"--kubelet-restart-command", k.RestartScript,
 	}, extra...)
 	d := daemontest.Start(t, s.hotplugd, nil, args...)

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hotplugd/hotplugd/internal/daemontest"
 	"github.com/hotplugd/hotplugd/internal/kubeapitest"
@@ -130,6 +134,14 @@ func (s *suite) start() error {
 		return fmt.Errorf("starting kube-apiserver and etcd: %w", err)
 	}
 	emergency.push("stop kube-apiserver and etcd", s.api.Stop)
+	// The restart budget's Leases (hotplugd run --restart-budget, 1 by
+	// default) of the hotplugd processes the tests run on the host: a
+	// namespace of their own, which the DaemonSet tests' uninstall of
+	// hotplugd-system does not take away.
+	if _, err := s.api.Client().CoreV1().Namespaces().Create(context.Background(),
+		&v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: budgetNamespace}}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", budgetNamespace, err)
+	}
 	s.kubeconfig = s.dir + "/kubeconfig"
 	return s.api.WriteKubeconfig(s.kubeconfig, s.api.AdminToken)
 }

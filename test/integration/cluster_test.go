@@ -18,6 +18,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -54,6 +55,9 @@ func sharedAPIServer(t testing.TB) *kubeapitest.Server {
 			t.Skipf("SKIPPED: no kube-apiserver: %v", err)
 		}
 		shared, sharedErr = kubeapitest.Start(kubeapitest.Options{})
+		if sharedErr == nil {
+			sharedErr = createBudgetNamespace(shared)
+		}
 	}
 	if sharedErr != nil {
 		t.Fatalf("starting kube-apiserver and etcd: %v", sharedErr)
@@ -80,7 +84,37 @@ func ownAPIServer(t testing.TB) *kubeapitest.Server {
 		t.Fatalf("starting kube-apiserver and etcd: %v", err)
 	}
 	t.Cleanup(s.Stop)
+	if err := createBudgetNamespace(s); err != nil {
+		t.Fatal(err)
+	}
 	return s
+}
+
+// budgetNamespace gives node a restart budget of its own: a namespace for the
+// budget's Leases, so that tests that run at once do not wait for each
+// other's hold (the budget across nodes is test/fleet's and
+// TestIntegrationRestartBudget's), while each remedy still takes and gives
+// back a hold, as with the default --restart-budget=1.
+func budgetNamespace(t testing.TB, c kubernetes.Interface, node string) string {
+	t.Helper()
+	ns := "budget-" + node
+	if _, err := c.CoreV1().Namespaces().Create(context.Background(),
+		&v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating namespace %s: %v", ns, err)
+	}
+	return ns
+}
+
+// createBudgetNamespace makes the namespace of the restart budget's Leases
+// (hotplugd run --restart-budget, 1 by default, in hotplugd-system): the
+// remedy restarts nothing without it.
+func createBudgetNamespace(s *kubeapitest.Server) error {
+	_, err := s.Client().CoreV1().Namespaces().Create(context.Background(),
+		&v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hotplugd-system"}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating namespace hotplugd-system: %w", err)
+	}
+	return nil
 }
 
 // kubeletConfig writes a KubeletConfiguration with reservations, so that
@@ -455,7 +489,7 @@ func TestIntegrationUnknownKubelet(t *testing.T) {
 	calls := filepath.Join(t.TempDir(), "calls")
 	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kubeconfigFor(t, srv), "--kubelet-config", cfg,
 		"--kubelet-root-dir", t.TempDir(), "--resync", "0", "--remedy", "restart-kubelet", "--settle", "100ms",
-		"--kubelet-restart-command", "echo restart >> "+shellQuote(calls))
+		"--kubelet-restart-command", "echo restart >> "+shellQuote(calls), "--restart-budget-namespace", budgetNamespace(t, c, node))
 	d.WaitFor(10*time.Second, func(e logEntry) bool {
 		return e.Msg == "kubelet found, with limits" && strings.Contains(e.RawLine, "is not a release hotplugd knows")
 	})
@@ -702,7 +736,7 @@ func TestIntegrationRemedy(t *testing.T) {
 	d := startClusterDaemon(t, "--node-name", node, "--kubeconfig", kc, "--kubelet-config", cfg, "--kubelet-root-dir", root,
 		"--kubelet-version", fakeKubeletVersion,
 		"--remedy", "restart-kubelet", "--settle", settle.String(), "--remedy-interval", interval.String(), "--remedy-timeout", "2s",
-		"--kubelet-restart-command", k.restart)
+		"--kubelet-restart-command", k.restart, "--restart-budget-namespace", budgetNamespace(t, c, node))
 	waitCondition(t, c, node, v1.ConditionFalse, 5*time.Second)
 
 	// 1. cpu1 goes offline in the middle of a 3 s burst of memory uevents.

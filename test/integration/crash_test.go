@@ -510,6 +510,7 @@ type crashNode struct {
 	faulty     string // hotplugd built with -tags faultinject
 	kubelet    *crashKubeletManager
 	restart    string // hotplugd's --kubelet-restart-command
+	budgetNS   string // its restart budget's namespace
 	// cur is the machine now, prev the one before; seq counts the
 	// trials.
 	cur  atomic.Pointer[crashMachine] // read by the kubelet manager's goroutines
@@ -541,6 +542,7 @@ func newCrashNode(t *testing.T, i int, c kubernetes.Interface, kubeconfig string
 	m := n.machine()
 	writeCrashStateFiles(t, n.root, m)
 	n.node = createNode(t, c, "crash", m.capacity, m.allocatable)
+	n.budgetNS = budgetNamespace(t, c, n.node)
 	kubeletArgs := []string{"--config", n.cfgPath, "--root-dir", n.root}
 	// preflight, as the kubelet's start runs it: the kubelet's command line
 	// after "--", the machine as it is now.
@@ -660,7 +662,7 @@ func (n *crashNode) args(m *crashMachine) []string {
 		"--sysfs-root", m.sys(), "--procfs-root", m.proc(), "--resync", "0", "--metrics-addr", "",
 		"--remedy", "restart-kubelet", "--settle", "0s", "--remedy-interval", "0s", "--remedy-timeout", crashTimeout.String(),
 		"--max-restarts-per-day", "0", "--kubelet-grace", "0s", "--kubelet-poll", "500ms", "--state-dir", n.stateDir,
-		"--kubelet-restart-command", n.restart}
+		"--kubelet-restart-command", n.restart, "--restart-budget-namespace", n.budgetNS}
 }
 
 // crashOutcome is one trial's result.

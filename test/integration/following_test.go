@@ -89,6 +89,7 @@ type processRig struct {
 	start, stop, restart string
 	c                    kubernetes.Interface
 	node, kubeconfig     string
+	budgetNS             string // its restart budget's namespace
 	capacity             v1.ResourceList
 }
 
@@ -126,6 +127,7 @@ func newProcessRig(t *testing.T, srv interface{ Client() kubernetes.Interface },
 	r.capacity = snap.Capacity()
 	reported := withCPU(r.capacity, nodeCPUs)
 	r.node = createNode(t, r.c, "follow", reported, reported)
+	r.budgetNS = budgetNamespace(t, r.c, r.node)
 	env := fmt.Sprintf("GORACE=%s %s=%s FAKE_MODE=%s FAKE_KUBECONFIG=%s FAKE_NODE=%s FAKE_SYSFS=%s FAKE_PROCFS=%s",
 		shellQuote(crashHelperGorace()), fakeKubeletEnv, fakeKubeletProcessMode, r.mode, kubeconfig, r.node, r.sys, r.proc)
 	// start and stop are idempotent: start leaves a running kubelet alone,
@@ -252,7 +254,7 @@ func (r *processRig) daemon(stateDir string, extra ...string) *daemonProc {
 		"--sysfs-root", r.sys, "--procfs-root", r.proc, "--kubelet-version", "v1.36.3",
 		"--remedy", "restart-kubelet", "--settle", "300ms", "--remedy-interval", "1s", "--remedy-timeout", "3s",
 		"--kubelet-poll", "200ms", "--kubelet-grace", "2s", "--state-dir", stateDir,
-		"--kubelet-restart-command", r.restart + " hotplugd"}, extra...)
+		"--kubelet-restart-command", r.restart + " hotplugd", "--restart-budget-namespace", r.budgetNS}, extra...)
 	return startClusterDaemon(r.t, args...)
 }
 

@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/hotplugd/hotplugd/internal/deploytest"
 	"github.com/hotplugd/hotplugd/internal/testimage"
 )
 
@@ -194,9 +195,26 @@ func (v *vm) installHotplugd(bin string) {
 	for _, f := range []string{"hotplugd.service", "hotplugd.default", "kubelet.service.d/10-hotplugd-preflight.conf"} {
 		v.putFile(filepath.Join(repoRoot, "deploy", "systemd", f), at+"/deploy/systemd/"+f, 0o644)
 	}
+	v.applySystemdCluster()
 	script := readmeBlock(v.t, "systemd-install")
 	v.t.Logf("docs/install.md's systemd install:\n%s", script)
 	v.sh("cd " + at + "\n" + script)
+}
+
+// applySystemdCluster does what docs/install.md's systemd-cluster block
+// has an admin do once for systemd nodes with the remedy (kubectl apply -k
+// deploy/systemd/cluster: the restart budget's Role bound to system:nodes
+// and its admission policy), with the real kustomize and server-side apply
+// as the admin; the block must be exactly that command. The objects stay:
+// the API server is the run's own.
+func (v *vm) applySystemdCluster() {
+	v.t.Helper()
+	const want = "kubectl apply -k deploy/systemd/cluster"
+	if got := strings.TrimSpace(readmeBlock(v.t, "systemd-cluster")); got != want {
+		v.t.Fatalf("docs/install.md's systemd-cluster block is %q; this test does %q", got, want)
+	}
+	objs := deploytest.Kustomize(v.t, filepath.Join(repoRoot, "deploy", "systemd", "cluster"))
+	deploytest.Apply(v.t, api(v.t).RestConfig(), objs)
 }
 
 // Where hotplugd's binary and the kubelet's preflight drop-in go on the
