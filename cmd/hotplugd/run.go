@@ -93,6 +93,7 @@ type runOptions struct {
 	RestartBudgetNamespace string
 	RestartBudgetLease     time.Duration
 	RestartBudgetPoll      time.Duration
+	RestartBudgetTokenFile string
 	RemedyWindows          []string
 
 	minMemoryDelta resource.Quantity
@@ -140,6 +141,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.RestartBudgetNamespace, "restart-budget-namespace", "", "namespace of the restart budget's Leases (default $POD_NAMESPACE, else "+defaultBudgetNamespace+")")
 	fs.DurationVar(&o.RestartBudgetLease, "restart-budget-lease", time.Minute, "how long a hold of the restart budget lasts without renewal (renewed every third of it while the restart and its verification run): a node that dies holding it frees it this long after its last renewal")
 	fs.DurationVar(&o.RestartBudgetPoll, "restart-budget-poll", 10*time.Second, "how long a node that found the restart budget taken waits before it asks again (one LIST of the budget's Leases), spread by up to half of it either way")
+	fs.StringVar(&o.RestartBudgetTokenFile, "restart-budget-token-file", "", "a bearer token for the restart budget's Leases, with --kubeconfig's server and CA (re-read as it changes): the systemd unit's, whose kubelet credentials may write no Lease outside kube-node-lease; a token of the service account hotplugd bound to this Node (kubectl -n hotplugd-system create token hotplugd --bound-object-kind Node --bound-object-name NODE). \"\": --kubeconfig's credentials (the DaemonSet's service account)")
 	fs.StringArrayVar(&o.RemedyWindows, "remedy-window", nil, "a weekly window in which a kubelet restart may start, \"DAYS HH:MM-HH:MM [ZONE]\" (\"mon-fri 02:00-05:00 Europe/Berlin\", \"* 22:00-06:00\"; days sun..sat, ranges, lists or *; zone UTC when left out); repeat for several; none: any time. Outside them the drift is reported and the restart waits")
 	fs.DurationVar(&o.KubeletPoll, "kubelet-poll", 5*time.Second, "how often hotplugd checks that the kubelet it knows still runs, or looks for one (its configuration files are watched with inotify)")
 }
@@ -366,7 +368,7 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 	klog.SetLogger(zapr.NewLogger(log.Named("client-go")))
 	metrics := daemon.NewMetrics()
 	cfg.Metrics = metrics
-	client, _, err := nodepatch.NewClient(nodepatch.ClientOptions{
+	client, restCfg, err := nodepatch.NewClient(nodepatch.ClientOptions{
 		Kubeconfig: o.Kubeconfig, QPS: o.KubeAPIQPS, Burst: o.KubeAPIBurst, Version: version, Registerer: metrics.Registry,
 	})
 	if err != nil {
@@ -439,8 +441,18 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 	var restartBudget *budget.Budget
 	if mode == remedy.ModeRestartKubelet && o.RestartBudget > 0 {
 		ns := cmp.Or(o.RestartBudgetNamespace, os.Getenv("POD_NAMESPACE"), defaultBudgetNamespace)
+		budgetClient := client
+		if o.RestartBudgetTokenFile != "" {
+			cfg, err := nodepatch.WithTokenFile(restCfg, o.RestartBudgetTokenFile)
+			if err == nil {
+				budgetClient, err = kubernetes.NewForConfig(cfg)
+			}
+			if err != nil {
+				return nil, cleanup, fmt.Errorf("--restart-budget-token-file: %w", err)
+			}
+		}
 		restartBudget, err = budget.New(budget.Options{
-			Client: client, Namespace: ns, Name: restartBudgetName, Slots: o.RestartBudget,
+			Client: budgetClient, Namespace: ns, Name: restartBudgetName, Slots: o.RestartBudget,
 			Holder: node, Duration: o.RestartBudgetLease,
 		})
 		if err != nil {

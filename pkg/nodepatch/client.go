@@ -1,8 +1,10 @@
 package nodepatch
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
+	"os"
 	"runtime"
 	"strconv"
 
@@ -112,4 +114,25 @@ func Verb(req *http.Request) string {
 		return "delete"
 	}
 	return req.Method
+}
+
+// WithTokenFile is cfg with its credentials replaced by the bearer token in
+// path (client-go re-reads the file as it changes): the same server and CA,
+// another identity. For the systemd unit's restart budget: the kubelet's
+// credentials may write no Lease outside kube-node-lease (NodeRestriction),
+// so the budget uses a token of the service account hotplugd bound to the
+// Node (kubectl create token --bound-object-kind Node).
+func WithTokenFile(cfg *rest.Config, path string) (*rest.Config, error) {
+	b, err := os.ReadFile(path)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("nodepatch: the token file: %w", err)
+	case len(bytes.TrimSpace(b)) == 0:
+		return nil, fmt.Errorf("nodepatch: the token file %s is empty", path)
+	}
+	c := rest.AnonymousClientConfig(cfg)
+	c.BearerTokenFile = path
+	c.QPS, c.Burst, c.UserAgent = cfg.QPS, cfg.Burst, cfg.UserAgent
+	c.WrapTransport = cfg.WrapTransport
+	return c, nil
 }

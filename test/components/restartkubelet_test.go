@@ -125,17 +125,15 @@ func checkBudgetRBAC(t *testing.T, objs map[string]*unstructured.Unstructured, s
 }
 
 // TestSystemdCluster: deploy/systemd/cluster, which docs/install.md has an
-// admin apply for systemd nodes with the remedy, is the namespace and the
-// restart budget's objects bound to the nodes' kubelet credentials, and
-// nothing else: no service account, no DaemonSet, no Node permissions.
+// admin apply for systemd nodes with the remedy, is the namespace, the
+// service account whose Node-bound tokens hold the budget, and the restart
+// budget's objects, and nothing else: no DaemonSet, no Node permissions.
 func TestSystemdCluster(t *testing.T) {
 	got := build(t, filepath.Join(repoRoot, "deploy", "systemd", "cluster"))
-	nodesBinding := key("RoleBinding", "hotplugd-system", "hotplugd-restart-budget-nodes")
-	want := []string{key("Namespace", "", "hotplugd-system"), budgetKeys[0], nodesBinding, budgetKeys[2], budgetKeys[3]}
+	want := append([]string{key("Namespace", "", "hotplugd-system"), key("ServiceAccount", "hotplugd-system", "hotplugd")}, budgetKeys...)
 	slices.Sort(want)
 	if diff := cmp.Diff(want, slices.Sorted(maps.Keys(got))); diff != "" {
 		t.Fatalf("objects (-want +got):\n%s", diff)
 	}
-	got[budgetKeys[1]] = got[nodesBinding]
-	checkBudgetRBAC(t, got, rbacv1.Subject{APIGroup: "rbac.authorization.k8s.io", Kind: "Group", Name: "system:nodes"})
+	checkBudgetRBAC(t, got, rbacv1.Subject{Kind: "ServiceAccount", Name: "hotplugd", Namespace: "hotplugd-system"})
 }

@@ -9,26 +9,23 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	coordv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/hotplugd/hotplugd/pkg/budget"
 )
 
-// The restart budget's objects: deploy/kubernetes/budget (the Role and the
-// policy), and the two bindings that use them: to the service account
-// (components/restart-kubelet) and to the nodes' kubelet credentials
-// (deploy/systemd/cluster).
+// The restart budget's objects: deploy/kubernetes/budget, which
+// components/restart-kubelet and deploy/systemd/cluster include.
 var budgetManifests = []string{
 	"budget/role-budget.yaml",
+	"budget/rolebinding-budget.yaml",
 	"budget/admissionpolicy-budget.yaml",
-	"components/restart-kubelet/rolebinding-budget.yaml",
-	"../systemd/cluster/rolebinding-nodes.yaml",
 }
 
 // Messages of the restart budget's admission policy.
@@ -39,11 +36,11 @@ const (
 
 // TestIntegrationBudgetPolicy applies the base and the restart budget's
 // objects to a real API server and shows who may do what with the
-// budget's Leases: a DaemonSet pod's token (node-a, node-b) and a node's
-// kubelet credentials (system:node:node-c, through impersonation, which
-// admission sees as that user) each take, renew and give back their own
-// hold through pkg/budget; none can give back or write another node's
-// hold, create a Lease that is not the budget's, or delete one.
+// budget's Leases: a DaemonSet pod's token (node-a, node-b) and a systemd
+// node's token bound to its Node (node-c) each take, renew and give back
+// their own hold through pkg/budget; none can give back or write another
+// node's hold, create a Lease that is not the budget's, or delete one; a
+// token that names no node takes no hold.
 func TestIntegrationBudgetPolicy(t *testing.T) {
 	s := startAPIServer(t)
 	ctx := context.Background()
@@ -59,10 +56,9 @@ func TestIntegrationBudgetPolicy(t *testing.T) {
 	applied := applyManifests(t, s, append(objs, manifestObjects(t, extra)...))
 	want := []string{
 		"Role " + hotplugdNamespace + "/hotplugd-restart-budget",
+		"RoleBinding " + hotplugdNamespace + "/hotplugd-restart-budget",
 		"ValidatingAdmissionPolicy hotplugd-restart-budget",
 		"ValidatingAdmissionPolicyBinding hotplugd-restart-budget",
-		"RoleBinding " + hotplugdNamespace + "/hotplugd-restart-budget",
-		"RoleBinding " + hotplugdNamespace + "/hotplugd-restart-budget-nodes",
 	}
 	if diff := cmp.Diff(want, applied[len(applied)-len(want):]); diff != "" {
 		t.Errorf("the budget's objects (-want +got):\n%s", diff)
@@ -76,12 +72,11 @@ func TestIntegrationBudgetPolicy(t *testing.T) {
 	rbacNode(t, admin, "node-b")
 	a := clientFor(t, s, podToken(t, admin, ds, "node-a"))
 	b := clientFor(t, s, podToken(t, admin, ds, "node-b"))
-	cfg := s.RestConfig()
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:node-c", Groups: []string{"system:nodes", "system:authenticated"}}
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// node-c runs hotplugd's systemd unit: a token of the service account
+	// bound to its Node (docs/install.md: kubectl create token
+	// --bound-object-kind Node), which names the node.
+	rbacNode(t, admin, "node-c")
+	c := clientFor(t, s, nodeToken(t, admin, "node-c"))
 	newBudget := func(cl kubernetes.Interface, holder string) *budget.Budget {
 		bud, err := budget.New(budget.Options{Client: cl, Namespace: hotplugdNamespace, Name: "hotplugd-restart", Slots: 1, Holder: holder, Duration: time.Minute})
 		if err != nil {
@@ -173,8 +168,38 @@ func TestIntegrationBudgetPolicy(t *testing.T) {
 	if err := hc.Release(ctx); err != nil {
 		t.Errorf("node-c cannot give its hold back: %v", err)
 	}
-	// Nodes' credentials reach no Lease outside the budget's namespace.
+	// The service account reaches no Lease outside the budget's namespace.
 	if _, err := c.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("node-c lists Leases in default: %v, want 403", err)
 	}
+	// A token of the service account that names no node takes no hold.
+	tr, err := admin.CoreV1().ServiceAccounts(hotplugdNamespace).CreateToken(ctx, hotplugdAccount, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(600))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = newBudget(clientFor(t, s, tr.Status.Token), "node-a").Acquire(ctx)
+	checkForbidden(t, err, "this token names no node")
+}
+
+// nodeToken is a token of the hotplugd service account bound to the Node
+// name, as docs/install.md has an admin make for a systemd node.
+func nodeToken(t testing.TB, c kubernetes.Interface, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := c.CoreV1().ServiceAccounts(hotplugdNamespace).CreateToken(ctx, hotplugdAccount, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: ptr.To(int64(3600)),
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a token bound to Node %s: %v", name, err)
+	}
+	return tr.Status.Token
 }

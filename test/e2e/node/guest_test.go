@@ -18,9 +18,11 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/hotplugd/hotplugd/internal/deploytest"
 	"github.com/hotplugd/hotplugd/internal/testimage"
@@ -201,11 +203,14 @@ func (v *vm) installHotplugd(bin string) {
 	v.sh("cd " + at + "\n" + script)
 }
 
-// applySystemdCluster does what docs/install.md's systemd-cluster block
-// has an admin do once for systemd nodes with the remedy (kubectl apply -k
-// deploy/systemd/cluster: the restart budget's Role bound to system:nodes
-// and its admission policy), with the real kustomize and server-side apply
-// as the admin; the block must be exactly that command. The objects stay:
+// applySystemdCluster does what docs/install.md's systemd section has an
+// admin do for systemd nodes with the remedy: once per cluster its
+// systemd-cluster block (kubectl apply -k deploy/systemd/cluster: the
+// service account, the restart budget's Role and admission policy), here
+// with the real kustomize and server-side apply as the admin, the block
+// being exactly that command; then per node a token of the service account
+// bound to the Node (kubectl create token --bound-object-kind Node, here
+// the same TokenRequest), installed at guestBudgetToken. The objects stay:
 // the API server is the run's own.
 func (v *vm) applySystemdCluster() {
 	v.t.Helper()
@@ -215,7 +220,27 @@ func (v *vm) applySystemdCluster() {
 	}
 	objs := deploytest.Kustomize(v.t, filepath.Join(repoRoot, "deploy", "systemd", "cluster"))
 	deploytest.Apply(v.t, api(v.t).RestConfig(), objs)
+	ctx := context.Background()
+	c := api(v.t).Client()
+	n, err := c.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	tr, err := c.CoreV1().ServiceAccounts(deploytest.Namespace).CreateToken(ctx, "hotplugd", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: ptr.To(int64(8760 * 3600)),
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		v.t.Fatalf("a token bound to Node %s: %v", nodeName, err)
+	}
+	v.put(guestBudgetToken, []byte(tr.Status.Token), 0o600)
 }
+
+// guestBudgetToken is where the node keeps its restart budget token
+// (docs/install.md; --restart-budget-token-file).
+const guestBudgetToken = "/etc/hotplugd/restart-budget.token"
 
 // Where hotplugd's binary and the kubelet's preflight drop-in go on the
 // node (deploy/systemd, docs/install.md's systemd install).

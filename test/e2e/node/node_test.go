@@ -31,7 +31,7 @@ const (
 // bound on restarts (default 3: this node's kubelet is restarted by
 // hotplugd a dozen times a day, more with the fault trials), and hot-added
 // CPUs onlined (Debian's udev has no rule that does).
-const guestHotplugdArgs = "--kubeconfig=/etc/kubernetes/kubelet.conf --remedy=restart-kubelet --remedy-interval=10s --max-restarts-per-day=0 --online-new-cpus"
+const guestHotplugdArgs = "--kubeconfig=/etc/kubernetes/kubelet.conf --remedy=restart-kubelet --remedy-interval=10s --max-restarts-per-day=0 --online-new-cpus --restart-budget-token-file=" + guestBudgetToken
 
 // onlineCPUsDropIn is the drop-in hotplugd.service asks for with
 // --online-new-cpus (see the unit).
