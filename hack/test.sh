@@ -6,7 +6,8 @@
 #   start (the Makefile first builds the kubelet of hack/kubebin.sh and the
 #   node image it boots);
 #
-#   lint, compat, unit, components and the host's end-to-end packages
+#   lint, compat, unit, components, the fleet's smoke and the host's
+#   end-to-end packages
 #   (test/e2e, test/e2e/vm), one after the other, at nice 10 so that the VM,
 #   the long pole, keeps its core.
 #
@@ -55,6 +56,9 @@ phase lint $MAKE lint
 phase compat $MAKE compat
 phase unit $MAKE unit
 phase components $MAKE components
+# The fleet's smoke (test/fleet: 50 hotplugd processes and an API server of
+# its own), alone beside the VM.
+phase "fleet (smoke)" $MAKE fleet-smoke
 # HOTPLUGD_E2E_SHARED_MACHINE: the VM may still run beside them, so a time
 # goal is reported, not asserted, up to 4 times the goal (test/e2e's
 # timeGoal); make e2e, alone on the machine, asserts it.

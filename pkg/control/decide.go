@@ -205,10 +205,11 @@ func Decide(in Inputs) Plan {
 	p.Remedy = decideRemedy(in, pred, drift, fresh)
 	// A node that found the cluster's restart budget taken says so in its
 	// condition while it waits, and while it tries again (Until passed:
-	// a restart; the try running: a remedy under way with no restart
-	// written down), so that the wait writes the Node once.
+	// a restart; the try running: a remedy under way), and through any
+	// other wait on the way (a resync's reconcile is a burst), so that the
+	// wait writes the Node once; a restart written down holds the writes.
 	waiting := in.Done.Budget.Key == pred.Key && in.Done.Budget.Note != "" &&
-		(p.Remedy.BudgetWait || p.Remedy.Action == remedy.ActionRestart || (in.Done.Remedying && in.Journal.Underway == nil))
+		(p.Remedy.Action == remedy.ActionRestart || p.Remedy.Action == remedy.ActionWait)
 	if in.Node != nil && waiting {
 		// The node waits for the cluster's restart budget: the condition
 		// says so (the journal's word on this prediction, if any, wins).

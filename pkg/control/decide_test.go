@@ -174,6 +174,7 @@ func TestDecideBudgetNote(t *testing.T) {
 		{"waiting", func(*Inputs) {}, true, remedy.ActionWait},
 		{"next try due", func(in *Inputs) { in.Now = until }, true, remedy.ActionRestart},
 		{"the try running", func(in *Inputs) { in.Now, in.Done.Remedying = until, true }, true, remedy.ActionWait},
+		{"a resync's reconcile (busy)", func(in *Inputs) { in.Now, in.Busy = until, true }, true, remedy.ActionWait},
 		{"another key", func(in *Inputs) { in.Done.Budget.Key = "other" }, false, remedy.ActionRestart},
 		{"paused", func(in *Inputs) { in.Paused = "maintenance" }, false, remedy.ActionReport},
 	} {

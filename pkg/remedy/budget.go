@@ -110,3 +110,20 @@ func (m *Remedier) ReleaseOwnBudget(ctx context.Context) {
 		m.log.Info("gave back the cluster's restart budget an earlier hotplugd held", zap.Int("leases", n))
 	}
 }
+
+// reclaimHold takes back, for a restart an earlier hotplugd of this node
+// left under way, the hold it had: Acquire finds a Lease this node holds
+// first. nil without a budget, or when none can be had (logged: the
+// restart goes on whatever the budget says, and the verification with it).
+func (m *Remedier) reclaimHold(ctx context.Context) *budget.Hold {
+	if m.o.Budget == nil {
+		return nil
+	}
+	h, err := m.o.Budget.Acquire(ctx)
+	if err != nil {
+		m.log.Warn("the hold of the cluster's restart budget for the restart under way could not be taken back", zap.Error(err))
+		return nil
+	}
+	m.log.Info("holding the cluster's restart budget for the restart under way", zap.String("lease", h.Slot()))
+	return h
+}

@@ -290,6 +290,12 @@ func (m *Remedier) Recover(ctx context.Context, u journal.Underway) {
 		a.Outcome, a.Restarted = OutcomeInterrupted, false
 		a.Err = fmt.Errorf("remedy: the kubelet restart asked for at %s was never verified and is too old to verify now (more than %v): nothing done", u.Start.UTC().Format(time.RFC3339), m.o.UnderwayBound)
 	default:
+		// The restart may still run in the supervisor: the hold the
+		// earlier hotplugd took for it is taken back (its own Lease, still
+		// held) and renewed until the verification ends, so that no other
+		// node takes it by expiry while this restart goes on.
+		stop := m.keepHold(m.reclaimHold(ctx))
+		defer stop()
 		facts := m.o.Kubelet.Refresh(ctx)
 		if !facts.Remediable() {
 			if f, err := factsFrom(u.Kubelet); err == nil {
