@@ -246,24 +246,14 @@ func withPods(l v1.ResourceList) v1.ResourceList {
 	return l
 }
 
-// condition is the Node's KubeletCapacityStale condition, nil when absent.
-func condition(n *v1.Node) *v1.NodeCondition {
-	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == nodepatch.ConditionType {
-			return &n.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 func conditionIs(status v1.ConditionStatus) func(*v1.Node) bool {
 	return func(n *v1.Node) bool {
-		c := condition(n)
+		c := nodepatch.FindCondition(n)
 		return c != nil && c.Status == status
 	}
 }
 
-func hasCondition(n *v1.Node) bool { return condition(n) != nil }
+func hasCondition(n *v1.Node) bool { return nodepatch.FindCondition(n) != nil }
 
 // sameResources is whether the Node reports exactly want (pods aside).
 func sameResources(got, want v1.ResourceList) bool {
@@ -413,7 +403,7 @@ func describe(n *v1.Node) string {
 		return "no Node"
 	}
 	s := "capacity " + nodepatch.FormatResources(n.Status.Capacity)
-	if c := condition(n); c != nil {
+	if c := nodepatch.FindCondition(n); c != nil {
 		s += fmt.Sprintf("; %s %s (%s): %s", c.Type, c.Status, c.Reason, c.Message)
 	} else {
 		s += "; no " + string(nodepatch.ConditionType) + " condition"

@@ -580,7 +580,7 @@ func (f *fleet) changeAndRemedy() {
 	stale := f.view.track(conditionIs(v1.ConditionTrue))
 	defer f.view.untrack(stale)
 	isCurrent := func(n *v1.Node) bool {
-		c := condition(n)
+		c := nodepatch.FindCondition(n)
 		return c != nil && c.Status == v1.ConditionFalse &&
 			sameResources(n.Status.Capacity, f.after.capacity) && sameResources(n.Status.Allocatable, f.after.allocatable)
 	}
