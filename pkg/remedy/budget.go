@@ -21,7 +21,16 @@ func (m *Remedier) takeBudget(ctx context.Context, key string) (*budget.Hold, *B
 	if b == nil {
 		return nil, nil
 	}
-	h, err := b.Acquire(ctx)
+	var err error
+	select {
+	case <-m.settled:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	var h *budget.Hold
+	if err == nil {
+		h, err = b.Acquire(ctx)
+	}
 	if err == nil {
 		m.metrics.budget.WithLabelValues("taken").Inc()
 		m.log.Info("holding the cluster's restart budget", zap.String("lease", h.Slot()))
@@ -95,11 +104,13 @@ func (m *Remedier) releaseHold(h *budget.Hold) {
 
 // ReleaseOwnBudget gives back any hold of the restart budget this node
 // has: one an earlier hotplugd took and left (killed before its restart
-// was written down, or after one the next hotplugd settled).
+// was written down, or after one the next hotplugd settled). Until it
+// returned, no hold is taken for a restart.
 func (m *Remedier) ReleaseOwnBudget(ctx context.Context) {
 	if m.o.Budget == nil {
 		return
 	}
+	defer m.settledOnce.Do(func() { close(m.settled) })
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	n, err := m.o.Budget.ReleaseOwn(ctx)

@@ -197,6 +197,13 @@ type Remedier struct {
 
 	mu       sync.Mutex
 	attempts []Attempt
+
+	// settled is closed once a hold an earlier hotplugd of this node left
+	// has been given back (ReleaseOwnBudget): takeBudget waits for it, so
+	// that a start-up release never gives back a hold this hotplugd has
+	// just taken for its own restart.
+	settled     chan struct{}
+	settledOnce sync.Once
 }
 
 // New checks the options and returns a Remedier.
@@ -222,7 +229,10 @@ func New(o Options) (*Remedier, error) {
 	if o.Journal == nil {
 		o.Journal, _ = journal.Open("")
 	}
-	m := &Remedier{o: o, log: o.Log.Named("remedy"), clock: o.Clock, journal: o.Journal}
+	m := &Remedier{o: o, log: o.Log.Named("remedy"), clock: o.Clock, journal: o.Journal, settled: make(chan struct{})}
+	if o.Budget == nil {
+		close(m.settled)
+	}
 	m.metrics.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hotplugd_remedies_total",
 		Help: "Remedy attempts by outcome: remediated, failed, unverified (restarted); needs_person, refused, withheld (nothing done); interrupted, dry_run.",
