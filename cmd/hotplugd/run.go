@@ -126,7 +126,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.DryRun, "dry-run", false, "log what would be written to the Node and what the remedy would do; change nothing")
 
 	fs.StringVar(&o.Remedy, "remedy", string(remedy.ModeReport), "what to do about a drift: report (condition, annotations, Event) or restart-kubelet (also repair the state files and restart the kubelet once the change has settled)")
-	fs.DurationVar(&o.Settle, "settle", 3*time.Second, "restart the kubelet only after the machine has had no event for this long")
+	fs.DurationVar(&o.Settle, "settle", 3*time.Second, "the longest a restart waits for a change the kernel says is still arriving (hot-added memory blocks not online yet, a CPU device added or removed: hypervisors add vCPUs one at a time): until the machine has had no event for this long; a complete change restarts the kubelet once its burst is quiet (--quiet-window)")
 	fs.DurationVar(&o.RemedyInterval, "remedy-interval", 10*time.Minute, "at most one kubelet restart per this interval, whatever its outcome")
 	fs.IntVar(&o.MaxRestartsPerDay, "max-restarts-per-day", 3, "at most this many kubelet restarts in any 24 hours (0: no bound); a drift past it is reported only, until the oldest restart leaves the window")
 	fs.BoolVar(&o.AllowReadinessReset, "allow-readiness-reset", false, "restart a kubelet whose restart sets every running container's ready status to false until its readiness probe passes again (kubelet 1.34; 1.35 and later with the gate ChangeContainerStatusOnKubeletRestart): pods leave their Services for a moment. Default: such a restart is withheld with an Event")
@@ -266,7 +266,8 @@ kubelet reports other cpu, memory or hugepages than the machine has, sets the
 node condition KubeletCapacityStale, annotations hotplugd.io/* and an Event
 CapacityDrift. With --remedy=restart-kubelet it then asks the kubelet's
 supervisor (systemd, or --kubelet-restart-command) to restart it once the
-change has settled, where it can judge that the restart starts the kubelet
+change is complete (its burst quiet, nothing the kernel says is still
+arriving, else at most --settle after the last event), where it can judge that the restart starts the kubelet
 that runs now with hotplugd preflight repairing its state files in its start,
 and verifies that the Node shows the new capacity. --standalone touches no
 cluster.
@@ -510,10 +511,14 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		}
 		// A memory capacity decrease is a hot-remove only after a memory
 		// block went offline or away; otherwise (a balloon) it is reported.
+		// A hot-added block not online yet, or a CPU device added, is a
+		// change still arriving: the restart waits for it (Arrivals).
 		d.AddUeventHook(func(e uevent.Event) {
+			now := time.Now()
 			if e.Subsystem == "memory" && (e.Action == uevent.ActionOffline || e.Action == uevent.ActionRemove) {
-				loop.MemoryDown(time.Now())
+				loop.MemoryDown(now)
 			}
+			loop.Uevent(e, now)
 		})
 		// The kubelet is discovered before the first snapshot's decision.
 		watch.Refresh(context.Background())

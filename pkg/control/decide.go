@@ -19,7 +19,9 @@ import (
 // Config is the operator's part of the inputs (flags).
 type Config struct {
 	Mode remedy.Mode
-	// Settle is how long the machine must be quiet before a restart.
+	// Settle is the longest a restart waits for a change the kernel says
+	// is still arriving (Arrivals): until the machine has had no event for
+	// this long. A complete change restarts once its burst is quiet.
 	Settle time.Duration
 	// Interval is the rate limit: one attempt per Interval.
 	Interval time.Duration
@@ -54,6 +56,9 @@ type Inputs struct {
 	// LastActivity is the last event on the machine (or the loop's start);
 	// LastMemoryDown the last memory offline or remove uevent.
 	LastActivity, LastMemoryDown time.Time
+	// Arriving says what the kernel's uevents say is still arriving
+	// (Arrivals.Pending; "": the change is complete).
+	Arriving string
 	// Done is what the loop has executed so far.
 	Done Done
 	// Paused says why remedies are paused cluster-wide ("": they are not).
@@ -267,7 +272,7 @@ func decideRemedy(in Inputs, pred nodepatch.Prediction, drift nodepatch.Drift, f
 	ri := remedy.Inputs{
 		Mode: in.Mode, Off: cmp.Or(remedyOff(in.Node), in.Paused), Known: in.Node != nil, Drift: drift, Now: in.Now,
 		Settle: in.Settle, Busy: in.Busy, Interval: in.Interval,
-		LastAttempt: lastAttempt, MaxPerDay: in.MaxPerDay, LastActivity: in.LastActivity,
+		LastAttempt: lastAttempt, MaxPerDay: in.MaxPerDay, LastActivity: in.LastActivity, Arriving: in.Arriving,
 		KubeletFresh: fresh, Key: pred.Key, Windows: in.Windows, Budget: in.Done.Budget,
 	}
 	if in.MaxPerDay > 0 {

@@ -86,7 +86,8 @@ func TestDecide(t *testing.T) {
 		{"no Node yet", func(in *Inputs) { in.Node = nil }, want{action: remedy.ActionNone}},
 		{"Node current", func(in *Inputs) { in.Node.Status = reportMachine(mustPredict(t, *in)) }, want{action: remedy.ActionNone, patch: true}},
 		{"report mode", func(in *Inputs) { in.Mode = remedy.ModeReport }, want{action: remedy.ActionReport, patch: true, events: drifted}},
-		{"not settled: the settle time is the wake", func(in *Inputs) { in.Now = t0.Add(time.Second) },
+		{"complete: no settle wait", func(in *Inputs) { in.Now = t0.Add(time.Millisecond) }, want{action: remedy.ActionRestart, patch: true, events: drifted}},
+		{"still arriving: the settle time is the wake", func(in *Inputs) { in.Now, in.Arriving = t0.Add(time.Second), "a CPU device was added" },
 			want{action: remedy.ActionWait, patch: true, events: drifted, wake: t0.Add(3 * time.Second), remedyAt: t0.Add(3 * time.Second)}},
 		{"burst arriving", func(in *Inputs) { in.Busy = true }, want{action: remedy.ActionWait, patch: true, events: drifted}},
 		{"a restart under way holds the writes and the remedy", func(in *Inputs) {

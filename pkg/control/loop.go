@@ -16,6 +16,7 @@ import (
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
 	"github.com/hotplugd/hotplugd/pkg/remedy"
 	"github.com/hotplugd/hotplugd/pkg/topology"
+	"github.com/hotplugd/hotplugd/pkg/uevent"
 )
 
 // KubeletSource is the kubelet as discovered (*kubeletwatch.Watcher).
@@ -92,6 +93,7 @@ type Loop struct {
 	snapshot       *topology.Snapshot
 	lastActivity   time.Time
 	lastMemoryDown time.Time
+	arrivals       Arrivals
 	poke           chan struct{}
 
 	// The last decision, for hotplugd status: its Status is made when
@@ -161,6 +163,15 @@ func (l *Loop) Snapshot(s *topology.Snapshot, activity time.Time) {
 // memory capacity decrease after it is a hot-remove, one without it is
 // reported only. It never blocks.
 func (l *Loop) MemoryDown(t time.Time) { l.post(func() { later(&l.lastMemoryDown, t) }) }
+
+// Uevent records a kernel uevent received at t for what it says about a
+// change still arriving (Arrivals). It never blocks, and it does not wake
+// the loop: the event's burst ends in a snapshot, which does.
+func (l *Loop) Uevent(e uevent.Event, t time.Time) {
+	l.mu.Lock()
+	l.arrivals.Observe(e, t)
+	l.mu.Unlock()
+}
 
 // Activity records an event on the machine at t with no new snapshot.
 func (l *Loop) Activity(t time.Time) { l.post(func() { later(&l.lastActivity, t) }) }
@@ -245,11 +256,13 @@ func (l *Loop) Run(ctx context.Context) error {
 			idle = o.Idle()
 		}
 		watched, synced := o.Node.Node()
+		now := o.Clock.Now()
 		l.mu.Lock()
 		in := Inputs{
-			Config: o.Config, Now: o.Clock.Now(), Snapshot: l.snapshot, Kubelet: o.Kubelet.Current(),
+			Config: o.Config, Now: now, Snapshot: l.snapshot, Kubelet: o.Kubelet.Current(),
 			Node: nodepatch.Newest(watched, synced, patched), Journal: o.Journal.View(), Busy: o.Busy(),
-			LastActivity: l.lastActivity, LastMemoryDown: l.lastMemoryDown, Done: done, Paused: paused,
+			LastActivity: l.lastActivity, LastMemoryDown: l.lastMemoryDown, Arriving: l.arrivals.Pending(now, o.Settle),
+			Done: done, Paused: paused,
 		}
 		l.mu.Unlock()
 		plan := Decide(in)

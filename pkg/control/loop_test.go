@@ -38,6 +38,7 @@ import (
 	"github.com/hotplugd/hotplugd/pkg/remedy"
 	"github.com/hotplugd/hotplugd/pkg/statefile"
 	"github.com/hotplugd/hotplugd/pkg/topology"
+	"github.com/hotplugd/hotplugd/pkg/uevent"
 )
 
 // The loop's tests run the real Loop and the real remedy executor against
@@ -375,8 +376,11 @@ type rig struct {
 	state      string // cpu_manager_state path
 	podLogs    string // the kubelet's podLogsDir
 	journal    *journal.Journal
-	cancel     context.CancelFunc
-	done       chan error
+	// arriving: each start of the loop comes just after a CPU device was
+	// hot-added (rigOptions.complete false).
+	arriving bool
+	cancel   context.CancelFunc
+	done     chan error
 }
 
 // rigOptions shape a rig.
@@ -387,6 +391,10 @@ type rigOptions struct {
 	prepare func(*rig)
 	// change sees the options.
 	change func(*rigConfig)
+	// complete: the change has fully arrived when the loop starts (a
+	// hugepage write, a CPU onlined); otherwise the CPUs of the upgrade
+	// were hot-added just now, and hypervisors add them one at a time.
+	complete bool
 }
 
 // newRig: a machine of cpus CPUs, a static-policy kubelet 1.36 whose state
@@ -440,6 +448,7 @@ func newRig(t *testing.T, ro rigOptions) *rig {
 	if ro.change != nil {
 		ro.change(&r.o)
 	}
+	r.arriving = !ro.complete
 	r.start()
 	return r
 }
@@ -512,6 +521,9 @@ func (r *rig) start() {
 		r.t.Fatal(err)
 	}
 	r.loop.Snapshot(snap, time.Time{}) // the daemon's first snapshot
+	if r.arriving {
+		r.loop.Uevent(uevent.Event{Action: uevent.ActionAdd, Subsystem: "cpu", DevPath: "/devices/system/cpu/cpu15"}, time.Now())
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel, r.done = cancel, make(chan error, 1)
 	l := r.loop
@@ -1214,6 +1226,32 @@ func TestNoRestartDuringBurst(t *testing.T) {
 	})
 }
 
+// TestCompleteChangeRestartsOnceQuiet: a change the kernel has finished
+// (nothing arriving) restarts the kubelet as soon as its burst is quiet,
+// with no settle wait; one still arriving waits (TestOneRestartPerSettledChange).
+func TestCompleteChangeRestartsOnceQuiet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		busy := true
+		r := newRig(t, rigOptions{complete: true, change: func(o *rigConfig) {
+			o.Busy = func() bool { mu.Lock(); defer mu.Unlock(); return busy }
+		}})
+		after(time.Hour)
+		r.attempts(0) // the burst is still being debounced
+		mu.Lock()
+		busy = false
+		mu.Unlock()
+		r.loop.Activity(time.Now()) // the burst's last event, with its snapshot
+		synctest.Wait()
+		if a := r.attempts(1); a[0].Outcome != remedy.OutcomeRemediated {
+			t.Fatalf("attempt %+v, want remediated", a[0])
+		}
+		if got := r.journal.Attempts()[0].Start; !got.Equal(time.Now()) {
+			t.Errorf("the restart began %v after the burst went quiet, want at once", time.Now().Sub(got))
+		}
+	})
+}
+
 func TestActivityRestartsTheSettleTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, rigOptions{})
@@ -1497,7 +1535,8 @@ func TestRemedyOutcomesHaveZeroSeries(t *testing.T) {
 }
 
 // TestStatus: the loop's Status follows its decisions. In the CPU-upgrade
-// incident it shows the drift and the settle wait, then, once the restart
+// incident (CPUs hot-added just now) it shows the drift and the wait for
+// the change to arrive, then, once the restart
 // worked, the kubelet current and the attempt; its text names each part.
 func TestStatus(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -1516,7 +1555,7 @@ func TestStatus(t *testing.T) {
 		if err := st.WriteText(&b); err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{`Remedy +restart-kubelet`, `Kubelet +pid 4242, v1\.36\.3`, `Drift +capacity cpu 8 -> 16`, `Next +wait: waiting for the machine to settle`} {
+		for _, want := range []string{`Remedy +restart-kubelet`, `Kubelet +pid 4242, v1\.36\.3`, `Drift +capacity cpu 8 -> 16`, `Next +wait: the change is still arriving \(a CPU device was added`} {
 			if !regexp.MustCompile(`(?m)^` + want).MatchString(b.String()) {
 				t.Errorf("text lacks a line %q:\n%s", want, b.String())
 			}

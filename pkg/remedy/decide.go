@@ -50,8 +50,12 @@ type Inputs struct {
 	Drift nodepatch.Drift
 	Now   time.Time
 	// LastActivity is the last event on the machine (or the daemon's
-	// start); Settle is how long it must be quiet before acting.
+	// start). Arriving says what the kernel says is still arriving ("":
+	// the change is complete, and the restart goes ahead once the burst
+	// is quiet); while it is not empty the restart waits until the
+	// machine has had no event for Settle.
 	LastActivity time.Time
+	Arriving     string
 	Settle       time.Duration
 	// Busy is true while a burst is being debounced or reconciled.
 	Busy bool
@@ -126,7 +130,7 @@ type Plan struct {
 	BudgetWait bool
 }
 
-// String reads "restart: capacity cpu 2 -> 1 has outlasted the settle time".
+// String reads "restart: capacity cpu 2 -> 1: the change is complete".
 func (p Plan) String() string {
 	if p.At.IsZero() {
 		return fmt.Sprintf("%s: %s", p.Action, p.Why)
@@ -179,9 +183,9 @@ func Decide(in Inputs) Plan {
 		p.Why = "the kubelet has just started: giving it time to report its Node"
 	case in.Busy:
 		p.Action, p.Why = ActionWait, "a burst of events is still arriving"
-	case in.Now.Before(in.LastActivity.Add(in.Settle)):
+	case in.Arriving != "" && in.Now.Before(in.LastActivity.Add(in.Settle)):
 		p.Action, p.At = ActionWait, in.LastActivity.Add(in.Settle)
-		p.Why = fmt.Sprintf("waiting for the machine to settle (%v with no event)", in.Settle)
+		p.Why = fmt.Sprintf("the change is still arriving (%s): waiting until the machine has had no event for %v", in.Arriving, in.Settle)
 	case !in.LastAttempt.IsZero() && in.Now.Before(in.LastAttempt.Add(in.Interval)):
 		p.Action, p.At = ActionWait, in.LastAttempt.Add(in.Interval)
 		p.Why = fmt.Sprintf("rate limited: one attempt per %v, the last at %s", in.Interval, in.LastAttempt.UTC().Format(time.RFC3339))
@@ -206,7 +210,7 @@ func Decide(in Inputs) Plan {
 			p.Why = in.Budget.Why
 			return p
 		}
-		p.Action, p.Why = ActionRestart, sig.String()+" outlasted the settle time"
+		p.Action, p.Why = ActionRestart, sig.String()+": the change is complete"
 	}
 	return p
 }

@@ -34,8 +34,11 @@ func TestDecide(t *testing.T) {
 		{"remedy off on the node", func(in *Inputs) { in.Off = "the label says so" }, ActionReport, time.Time{}},
 		{"in-place resize kubelet", func(in *Inputs) { in.InPlaceResize = true }, ActionReport, time.Time{}},
 		{"burst arriving", func(in *Inputs) { in.Busy = true }, ActionWait, time.Time{}},
-		{"not settled", func(in *Inputs) { in.Now = t0.Add(time.Second) }, ActionWait, t0.Add(3 * time.Second)},
-		{"settled exactly", func(in *Inputs) { in.Now = t0.Add(3 * time.Second) }, ActionRestart, time.Time{}},
+		// A complete change restarts once its burst is quiet; one the
+		// kernel says is still arriving waits for the settle time.
+		{"complete, just quiet", func(in *Inputs) { in.Now = t0.Add(time.Millisecond) }, ActionRestart, time.Time{}},
+		{"still arriving", func(in *Inputs) { in.Now, in.Arriving = t0.Add(time.Second), "a CPU device was added" }, ActionWait, t0.Add(3 * time.Second)},
+		{"still arriving, settled exactly", func(in *Inputs) { in.Now, in.Arriving = t0.Add(3*time.Second), "a CPU device was added" }, ActionRestart, time.Time{}},
 		// Rate limited: first a check whether a restart could help at
 		// all (one per key), then the wait.
 		{"rate limited", func(in *Inputs) { in.LastAttempt = t0.Add(-time.Minute) }, ActionCheck, t0.Add(9 * time.Minute)},
@@ -65,8 +68,9 @@ func TestDecide(t *testing.T) {
 		}, ActionWait, t0.Add(15 * time.Second)},
 		{"budget taken, next try due", func(in *Inputs) { in.Budget = BudgetWait{Key: "k1", Until: t0.Add(10 * time.Second)} }, ActionRestart, time.Time{}},
 		{"budget taken for another key", func(in *Inputs) { in.Budget = BudgetWait{Key: "k0", Until: t0.Add(time.Hour)} }, ActionRestart, time.Time{}},
-		{"budget taken, not settled", func(in *Inputs) {
+		{"budget taken, still arriving", func(in *Inputs) {
 			in.Budget, in.Now = BudgetWait{Key: "k1", Until: t0.Add(15 * time.Second)}, t0.Add(time.Second)
+			in.Arriving = "2 hot-added memory blocks are not online yet"
 		}, ActionWait, t0.Add(3 * time.Second)},
 		// Windows (22 November 2026 is a Sunday).
 		{"in a window", func(in *Inputs) { in.Windows = mustWindows(t, "sun 04:00-05:00") }, ActionRestart, time.Time{}},

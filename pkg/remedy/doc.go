@@ -2,8 +2,11 @@
 // enough. A running kubelet never re-reads the machine (it caches cAdvisor's
 // machine info at start) and reverts outside patches of its capacity, so the
 // durable fix is a restart with state files that fit the machine. With
-// --remedy=restart-kubelet, once a drift has outlasted the settle time with
-// no further event, and no burst is arriving, it:
+// --remedy=restart-kubelet, once a drift's burst of events is quiet and
+// the kernel says the change is complete (nothing still arriving: no
+// hot-added memory block waiting to be onlined, no CPU device just added;
+// otherwise it waits until the machine has had no event for the settle
+// time), it:
 //
 //  1. discovers the kubelet again (pkg/kubeletwatch) and asks whether it
 //     would start on this machine with its configuration (pkg/kubeletstart);

@@ -250,7 +250,7 @@ func (n *node) boot(t *testing.T, cpus int) *vm {
 	// and with one thread QEMU 10 aborts at the unplug, "qemu_thread_join:
 	// Resource deadlock avoided"; this node only adds CPUs.)
 	v.cmd = exec.Command(n.assets.qemu,
-		"-accel", "tcg,thread=single", "-cpu", "qemu64", "-m", "2G,slots=4,maxmem=8G", "-smp", fmt.Sprintf("%d,maxcpus=5", cpus),
+		"-accel", "tcg,thread=single", "-cpu", "qemu64", "-m", "2G,slots=4,maxmem=10G", "-smp", fmt.Sprintf("%d,maxcpus=6", cpus),
 		"-display", "none", "-nodefaults", "-no-reboot", "-serial", "file:"+v.console, "-monitor", "none",
 		"-kernel", filepath.Join(n.assets.image, "vmlinuz"), "-initrd", filepath.Join(n.assets.image, "initrd.img"),
 		"-append", cmdline,

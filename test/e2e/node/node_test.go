@@ -125,6 +125,7 @@ func TestNode(t *testing.T) {
 	t.Run("7 restart withheld", func(t *testing.T) { restartWithheld(t, v.on(t)) })
 	t.Run("8 hotplugd binary removed", func(t *testing.T) { binaryRemoved(t, v.on(t)) })
 	t.Run("11 readiness through a remedy", func(t *testing.T) { readinessThroughRemedy(t, v.on(t), builds.probed) })
+	t.Run("13 hypervisor actions in parts", func(t *testing.T) { hypervisorSeries(t, v.on(t)) })
 
 	// Boot 2, 2 CPUs: hugepages set after the kubelet, the kubelet alone.
 	// Boot 3, 3 CPUs: the CPU upgrade, the kubelet alone. Boot 4, 3 CPUs:
