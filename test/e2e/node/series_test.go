@@ -4,6 +4,7 @@ package node
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,12 +33,14 @@ func hypervisorSeries(t *testing.T, v *vm) {
 	cpus0 := getNode(t).Status.Capacity.Cpu().Value()
 	w0 := v.hotplugdMetric("hotplugd_node_writes_total")
 
-	one := func(change string, done func(*v1.Node) bool, what string, act func() time.Time) {
+	// act makes the change and returns its time and what the Node must
+	// then show.
+	one := func(change string, act func() (time.Time, func(*v1.Node) bool, string)) {
 		t.Helper()
 		v.pastKubeletGrace()
 		w := v.hotplugdMetric("hotplugd_node_writes_total")
 		cur := v.mark()
-		t0 := act()
+		t0, done, what := act()
 		d := waitNode(t, t0, stepTimeout, what, done)
 		// A second restart would come after the first kubelet's report;
 		// the Node must keep the whole change meanwhile.
@@ -53,15 +56,29 @@ func hypervisorSeries(t *testing.T, v *vm) {
 			note: "restarts counted from systemd's journal after the Node held the change 5 s more; " + remedyLine(v)})
 	}
 
-	one("4 GiB DIMM (QMP device_add: 32 blocks added and onlined)", memoryIs(mt0+4*gib), "the 4 GiB DIMM", func() time.Time {
+	one("4 GiB DIMM (QMP device_add: 32 blocks added and onlined by the kernel)", func() (time.Time, func(*v1.Node) bool, string) {
 		if err := v.qmp.PlugDIMM("dimm-4g", 4*gib); err != nil {
 			t.Fatal(err)
 		}
-		return time.Now()
+		t0 := time.Now()
+		// What the kernel makes of it: MemTotal once it has stopped
+		// growing (the blocks' states are logged; a 4 GiB DIMM in this
+		// guest does not add exactly 4 GiB to MemTotal).
+		mt, last := v.memTotal(), int64(0)
+		for mt != last || mt == mt0 {
+			if time.Since(t0) > stepTimeout {
+				t.Fatalf("the guest's MemTotal did not settle after the DIMM: %d, was %d", mt, mt0)
+			}
+			time.Sleep(time.Second)
+			last, mt = mt, v.memTotal()
+		}
+		t.Logf("4 GiB DIMM: MemTotal %d -> %d (+%d MiB); memory blocks by state: %s", mt0, mt, (mt-mt0)>>20,
+			strings.Join(strings.Fields(v.sh("cat /sys/devices/system/memory/memory*/state | sort | uniq -c")), " "))
+		return t0, memoryIs(mt), fmt.Sprintf("memory %d (the guest's MemTotal)", mt)
 	})
 
 	ids := []string{"series-cpu0", "series-cpu1", "series-cpu2", "series-cpu3"}
-	one(fmt.Sprintf("4 vCPUs, device_add %v apart (%d -> %d)", seriesGap, cpus0, cpus0+4), cpusAre(cpus0+4), fmt.Sprintf("%d CPUs", cpus0+4), func() time.Time {
+	one(fmt.Sprintf("4 vCPUs, device_add %v apart (%d -> %d), onlined by hotplugd", seriesGap, cpus0, cpus0+4), func() (time.Time, func(*v1.Node) bool, string) {
 		var last time.Time
 		for i, id := range ids {
 			if i > 0 {
@@ -72,7 +89,7 @@ func hypervisorSeries(t *testing.T, v *vm) {
 				t.Fatal(err)
 			}
 		}
-		return last
+		return last, cpusAre(cpus0 + 4), fmt.Sprintf("%d CPUs", cpus0+4)
 	})
 
 	after := v.waitPinnedRunning()
