@@ -22,7 +22,8 @@ const seriesGap = 500 * time.Millisecond
 // --settle (hotplugd waits for a change still arriving, and only for it):
 // a 4 GiB DIMM (32 memory blocks, each added then onlined by the kernel),
 // and 4 vCPUs added 0.5 s apart (each onlined by hotplugd,
-// --online-new-cpus). (Not their removal: QEMU 10 with one TCG thread
+// --online-new-cpus), then offlined in the guest at once (the next boot
+// must find the state file fit for its boot CPUs). (Not their removal: QEMU 10 with one TCG thread
 // aborts at a CPU unplug, see vm.boot; test/e2e/vm unplugs CPUs.) The
 // restarts are counted from
 // systemd's journal after the Node has shown the whole change and held it
@@ -95,6 +96,18 @@ func hypervisorSeries(t *testing.T, v *vm) {
 		}
 		return last, cpusAre(cpus0 + 4), fmt.Sprintf("%d CPUs", cpus0+4)
 	})
+
+	// The node's next boot has its boot CPUs again (QEMU forgets the
+	// hot-added ones), and the kubelet alone must start then (scenario 4):
+	// the CPUs are offlined in the guest at once, one burst, and the
+	// remedy writes them out of cpu_manager_state.
+	one(fmt.Sprintf("the 4 vCPUs offlined in the guest in one loop (%d -> %d)", cpus0+4, cpus0), func() (time.Time, func(*v1.Node) bool, string) {
+		v.sh(fmt.Sprintf("for c in $(seq %d %d); do echo 0 > /sys/devices/system/cpu/cpu$c/online; done", cpus0, cpus0+3))
+		return time.Now(), cpusAre(cpus0), fmt.Sprintf("%d CPUs", cpus0)
+	})
+	if st := v.cpuState(); st.DefaultCPUSet != "0" {
+		t.Errorf("cpu_manager_state defaultCpuSet %q after the vCPUs went offline, want 0 (CPU 1 pinned)", st.DefaultCPUSet)
+	}
 
 	after := v.waitPinnedRunning()
 	checkPinned(t, before, after)
