@@ -1247,7 +1247,7 @@ func TestCompleteChangeRestartsOnceQuiet(t *testing.T) {
 			t.Fatalf("attempt %+v, want remediated", a[0])
 		}
 		if got := r.journal.Attempts()[0].Start; !got.Equal(time.Now()) {
-			t.Errorf("the restart began %v after the burst went quiet, want at once", time.Now().Sub(got))
+			t.Errorf("the restart began %v after the burst went quiet, want at once", time.Since(got))
 		}
 	})
 }
