@@ -89,6 +89,18 @@ generate() {
 	(cd "$compat" && $GO list -m -modfile="$out.mod" \
 		-f '{{with .Replace}}{{if .Version}}{{.Path}}@{{.Version}}{{end}}{{else}}{{if .Version}}{{.Path}}@{{.Version}}{{end}}{{end}}' all |
 		xargs -r $GO mod download -modfile="$out.mod")
+	# The graph above is pruned: it holds the go.mod files of modules the
+	# module file requires, not those of their dependencies (etcd's server
+	# needs github.com/golang/groupcache, which no required module's go.mod
+	# lists). A throwaway copy resolves the packages once with the proxy on,
+	# which only fills the module cache; the check below then reads the
+	# cache alone, so that what it writes does not depend on what an earlier
+	# run happened to download.
+	cp "$out.mod" "$out.warm.mod"
+	: >"$out.warm.sum"
+	(cd "$compat" && $GO list -mod=mod -modfile="$out.warm.mod" -tags "kubelet_1_$minor" \
+		-e -deps -test -f '{{with .Error}}{{.}}{{end}}' ./... "${kubebin_programs[@]}" >/dev/null)
+	rm -f "$out.warm.mod" "$out.warm.sum"
 	# Every module the tests import, at the version that graph selects, with
 	# the checksums a build needs and no more. Lookups outside the module
 	# cache are off: an import no module of the release provides (another
