@@ -111,7 +111,7 @@ kubebin:
 # run with the race detector, the others' without it, as they only parse and compute (cmd/hotplugd's TestRacePackages
 # checks the list against the code).
 RACE_PKGS = ./pkg/control ./pkg/cpuonline ./pkg/daemon ./pkg/debounce ./pkg/hugepagewatch ./pkg/journal \
-  ./pkg/kubeletctl ./pkg/kubeletwatch ./pkg/nodepatch ./pkg/pause ./pkg/remedy ./pkg/sdnotify ./pkg/uevent ./pkg/watchone ./cmd/hotplugd
+  ./pkg/kubeletctl ./pkg/kubeletwatch ./pkg/nodepatch ./pkg/pause ./pkg/remedy ./pkg/sdnotify ./pkg/topology ./pkg/uevent ./pkg/watchone ./cmd/hotplugd
 UNIT_PKGS = $(filter-out $(patsubst ./%,$(shell $(GO) list -m)/%,$(RACE_PKGS)) $(shell $(GO) list -m)/test/fleet,$(shell $(GO) list ./...))
 
 ## race-pkgs: print RACE_PKGS (hack/check.sh reads them here)

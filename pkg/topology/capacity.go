@@ -25,6 +25,14 @@ func (s *Snapshot) Capacity() v1.ResourceList {
 // HugePageResourceName returns the resource name of a hugepage size,
 // 2048 -> "hugepages-2Mi", 1048576 -> "hugepages-1Gi".
 func HugePageResourceName(pageSizeKiB uint64) v1.ResourceName {
+	// x86-64's sizes, named without a Quantity: every reconcile names
+	// them, for capacity and for the diff.
+	switch pageSizeKiB {
+	case 2048:
+		return v1.ResourceHugePagesPrefix + "2Mi"
+	case 1048576:
+		return v1.ResourceHugePagesPrefix + "1Gi"
+	}
 	size := resource.NewQuantity(int64(pageSizeKiB*1024), resource.BinarySI)
 	return v1.ResourceName(v1.ResourceHugePagesPrefix + size.String())
 }

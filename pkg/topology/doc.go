@@ -20,7 +20,13 @@
 //
 //	meminfo
 //
-// It never writes.
+// It never writes. CapacitySnapshot keeps the sysfs and procfs files it read
+// open for the next call, which reads each again from its start: the kernel
+// produces their content on every read, and fails every read of a file it
+// removed (a CPU gone offline), which is then opened by its name again.
+// What the kernel fixes at boot (cpu/possible, memory/block_size_bytes, the
+// hugepage sizes) is read once. Files on any other file system (a fixture
+// tree) are opened and read on every call.
 //
 // The kubelet takes its capacity from cAdvisor's machine info once, at start.
 // Capacity reproduces cAdvisor's rules exactly, including their quirks: with

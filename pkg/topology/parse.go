@@ -22,8 +22,12 @@ func parseCPUList(b []byte) (cpuset.CPUSet, error) {
 
 // parseInt parses a single decimal integer attribute such as core_id. Values
 // can be negative (die_id is -1 on some architectures).
+//
+// parseInt, parseUint and parseHex view b as a string without copying it (a
+// snapshot parses thousands of these), and never return strconv's error,
+// which would keep that view of a buffer the next read overwrites.
 func parseInt(b []byte) (int, error) {
-	v, err := strconv.Atoi(string(bytes.TrimSpace(b)))
+	v, err := strconv.Atoi(bytesToString(bytes.TrimSpace(b)))
 	if err != nil {
 		return 0, fmt.Errorf("invalid integer %q", bytes.TrimSpace(b))
 	}
@@ -32,7 +36,7 @@ func parseInt(b []byte) (int, error) {
 
 // parseUint parses a single unsigned decimal attribute such as nr_hugepages.
 func parseUint(b []byte) (uint64, error) {
-	v, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64)
+	v, err := strconv.ParseUint(bytesToString(bytes.TrimSpace(b)), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("invalid unsigned integer %q", bytes.TrimSpace(b))
 	}
@@ -42,7 +46,7 @@ func parseUint(b []byte) (uint64, error) {
 // parseHex parses a hexadecimal attribute without 0x, such as
 // memory/block_size_bytes ("8000000" for 128 MiB).
 func parseHex(b []byte) (uint64, error) {
-	s := strings.TrimPrefix(string(bytes.TrimSpace(b)), "0x")
+	s := strings.TrimPrefix(bytesToString(bytes.TrimSpace(b)), "0x")
 	v, err := strconv.ParseUint(s, 16, 64)
 	if err != nil {
 		return 0, fmt.Errorf("invalid hexadecimal number %q", bytes.TrimSpace(b))
@@ -86,11 +90,11 @@ func parseMeminfo(b []byte) (meminfo, error) {
 		default:
 			continue
 		}
-		fields := strings.Fields(string(line[bytes.IndexByte(line, ':')+1:]))
-		if len(fields) != 2 || fields[1] != "kB" {
+		fields := bytes.Fields(line[bytes.IndexByte(line, ':')+1:])
+		if len(fields) != 2 || string(fields[1]) != "kB" {
 			return meminfo{}, fmt.Errorf("%w %q", errMalformed, line)
 		}
-		v, err := strconv.ParseUint(fields[0], 10, 64)
+		v, err := strconv.ParseUint(bytesToString(fields[0]), 10, 64)
 		if err != nil {
 			return meminfo{}, fmt.Errorf("%w %q", errMalformed, line)
 		}

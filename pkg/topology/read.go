@@ -11,9 +11,10 @@ import (
 )
 
 // Snapshot reads the machine's topology, with the state of every memory
-// block. Every file is read once; nothing is cached between calls.
+// block. Every file is opened and read once; nothing is kept between calls.
 func (f FS) Snapshot() (*Snapshot, error) {
-	return f.snapshot(true)
+	var r reader // buffers shared by every read of this snapshot
+	return f.snapshot(&r, true)
 }
 
 // CapacitySnapshot reads only what capacity, allocatable and the kubelet's
@@ -25,33 +26,56 @@ func (f FS) Snapshot() (*Snapshot, error) {
 // cpulist, which holds the online CPUs, instead of a listing of the node
 // directory with its hundreds of memory links). For online CPUs, the ones
 // capacity counts, both ways give the same node.
+//
+// It keeps the sysfs and procfs files it read open for the next call, which
+// reads each again from its start (see openFiles): every value still comes
+// from the kernel at the time of the call, but for the few the kernel fixes
+// at boot, read once.
 func (f FS) CapacitySnapshot() (*Snapshot, error) {
-	return f.snapshot(false)
+	if f.open == nil {
+		var r reader
+		return f.snapshot(&r, false)
+	}
+	f.open.mu.Lock()
+	defer f.open.mu.Unlock()
+	defer f.open.set.end()
+	return f.snapshot(f.open.set.begin(), false)
 }
 
-func (f FS) snapshot(full bool) (*Snapshot, error) {
+func (f FS) snapshot(r *reader, full bool) (*Snapshot, error) {
 	s := &Snapshot{}
-	var r reader // buffers shared by every read of this snapshot
-	if err := f.readCPUs(&r, &s.CPUs); err != nil {
+	if err := f.readCPUs(r, &s.CPUs); err != nil {
 		return nil, err
 	}
-	if err := f.readNodes(&r, s, full); err != nil {
+	if err := f.readNodes(r, s, full); err != nil {
 		return nil, err
 	}
-	if err := f.readMemory(&r, &s.Memory, full); err != nil {
+	if err := f.readMemory(r, &s.Memory, full); err != nil {
 		return nil, err
 	}
-	hp, err := readHugePages(&r, f.SysPath("kernel/mm/hugepages"))
-	if err != nil {
+	d, err := r.openStableDir(f.SysPath("kernel/mm/hugepages"))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		s.HugePages = []HugePages{} // no hugepage support
+	case err != nil:
 		return nil, err
+	default:
+		s.HugePages, err = readHugePages(r, &d, true)
+		d.close()
+		if err != nil {
+			return nil, err
+		}
 	}
-	s.HugePages = hp
 	s.DefaultHugePageSizeKiB = s.Memory.defaultHugePageSizeKiB
 	return s, nil
 }
 
+// topologyFiles are the files of cpuN/topology a CPU's ids come from, in the
+// order of CPU's Package, Die and Core.
+var topologyFiles = [...]string{"/topology/physical_package_id", "/topology/die_id", "/topology/core_id"}
+
 func (f FS) readCPUs(r *reader, c *CPUs) error {
-	d, err := openDir(f.SysPath("devices/system/cpu"))
+	d, err := r.openStableDir(f.SysPath("devices/system/cpu"))
 	if err != nil {
 		return err
 	}
@@ -60,19 +84,24 @@ func (f FS) readCPUs(r *reader, c *CPUs) error {
 	if err != nil {
 		return err
 	}
-	all := cpuset.New(ids...)
 
 	// The lists are optional: without CPU hotplug support the kernel has no
 	// online file and every CPU is online (cAdvisor assumes the same).
-	lists := []struct {
-		name string
-		dst  *CPUList
-	}{{"possible", &c.Possible}, {"present", &c.Present}, {"online", &c.Online}}
+	lists := [...]struct {
+		name  string
+		dst   *CPUList
+		fixed bool // by the kernel at boot
+	}{{"possible", &c.Possible, true}, {"present", &c.Present, false}, {"online", &c.Online, false}}
 	for _, l := range lists {
-		b, err := d.read(r, l.name, "")
+		var b []byte
+		if l.fixed {
+			b, err = d.readFixed(r, l.name)
+		} else {
+			b, err = d.read(r, l.name, "")
+		}
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			l.dst.CPUSet = all
+			l.dst.CPUSet = cpuset.New(ids...)
 			continue
 		case err != nil:
 			return err
@@ -87,29 +116,24 @@ func (f FS) readCPUs(r *reader, c *CPUs) error {
 	c.List = make([]CPU, len(ids))
 	for i, id := range ids {
 		cpu := CPU{ID: id, Online: c.Online.Contains(id), Package: -1, Die: -1, Core: -1, Node: -1}
-		prefix := "cpu" + strconv.Itoa(id) + "/topology/"
-		var hasPackage, hasCore bool
-		for _, a := range []struct {
-			file  string
-			dst   *int
-			found *bool
-		}{{"physical_package_id", &cpu.Package, &hasPackage}, {"die_id", &cpu.Die, nil}, {"core_id", &cpu.Core, &hasCore}} {
-			b, err := d.read(r, prefix, a.file)
+		dst := [len(topologyFiles)]*int{&cpu.Package, &cpu.Die, &cpu.Core}
+		var found [len(topologyFiles)]bool
+		for j, file := range topologyFiles {
+			b, err := d.readIndexed(r, "cpu", id, file)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue // an offline CPU has no topology directory
 			}
 			if err != nil {
 				return err
 			}
-			if *a.dst, err = parseInt(b); err != nil {
-				return parseError(d.path+"/"+prefix+a.file, err)
+			if *dst[j], err = parseInt(b); err != nil {
+				return parseError(d.path+"/cpu"+strconv.Itoa(id)+file, err)
 			}
-			if a.found != nil {
-				*a.found = true
-			}
+			found[j] = true
 		}
 		// A -1 the kernel wrote is an id like any other for cAdvisor; keep
 		// it apart from the -1 of an absent file.
+		hasPackage, hasCore := found[0], found[2]
 		cpu.UnknownIDs = hasPackage && hasCore && (cpu.Package < 0 || cpu.Core < 0)
 		c.List[i] = cpu
 	}
@@ -117,7 +141,7 @@ func (f FS) readCPUs(r *reader, c *CPUs) error {
 }
 
 func (f FS) readNodes(r *reader, s *Snapshot, links bool) error {
-	d, err := openDir(f.SysPath("devices/system/node"))
+	d, err := r.openStableDir(f.SysPath("devices/system/node"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // a kernel without CONFIG_NUMA
 	}
@@ -130,7 +154,7 @@ func (f FS) readNodes(r *reader, s *Snapshot, links bool) error {
 		return err
 	}
 	for _, id := range ids {
-		node, err := readNode(r, d.path+"/node"+strconv.Itoa(id), id, links)
+		node, err := readNode(r, &d, id, links)
 		if err != nil {
 			return err
 		}
@@ -144,34 +168,37 @@ func (f FS) readNodes(r *reader, s *Snapshot, links bool) error {
 	return nil
 }
 
-func readNode(r *reader, path string, id int, links bool) (NUMANode, error) {
+// readNode reads nodeN of the node directory nodes. Its files are read
+// relative to nodes: a node's own directory is opened only to list it.
+func readNode(r *reader, nodes *dir, id int, links bool) (NUMANode, error) {
 	node := NUMANode{ID: id}
-	d, err := openDir(path)
-	if err != nil {
-		return node, err
-	}
-	defer d.close()
+	name := "node" + strconv.Itoa(id)
 	if links {
 		// Node membership comes from the cpuN links, as cAdvisor reads
 		// it; the links stay while a CPU is offline, cpulist does not.
+		d, err := openDirAt(nodes.fd, nodes.path, name)
+		if err != nil {
+			return node, err
+		}
 		cpus, err := d.indexed(r, "cpu")
+		d.close()
 		if err != nil {
 			return node, err
 		}
 		node.CPUs = CPUList{cpuset.New(cpus...)}
 	} else {
-		b, err := d.read(r, "cpulist", "")
+		b, err := nodes.read(r, name, "/cpulist")
 		if err != nil {
 			return node, err
 		}
 		cpus, err := parseCPUList(b)
 		if err != nil {
-			return node, parseError(path+"/cpulist", err)
+			return node, parseError(nodes.path+"/"+name+"/cpulist", err)
 		}
 		node.CPUs = CPUList{cpus}
 	}
 
-	b, err := d.read(r, "meminfo", "")
+	b, err := nodes.read(r, name, "/meminfo")
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		// cAdvisor reports 0 for a node without meminfo.
@@ -180,34 +207,61 @@ func readNode(r *reader, path string, id int, links bool) (NUMANode, error) {
 	default:
 		mi, err := parseMeminfo(b)
 		if err != nil {
-			return node, parseError(path+"/meminfo", err)
+			return node, parseError(nodes.path+"/"+name+"/meminfo", err)
 		}
 		node.MemTotalBytes = mi.memTotalKiB * 1024
 	}
 
-	node.HugePages, err = readHugePages(r, path+"/hugepages")
+	node.HugePages, err = readNodeHugePages(r, nodes, name)
 	return node, err
 }
 
-// readHugePages reads every hugepages-<size>kB/nr_hugepages under path, by
-// ascending page size. A missing directory means no hugepage support: no
-// entries.
-func readHugePages(r *reader, path string) ([]HugePages, error) {
-	out := []HugePages{}
-	d, err := openDir(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return out, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer d.close()
-	var names []string
-	err = d.scan(r, func(name []byte) {
-		if _, ok := parseHugePageDir(string(name)); ok {
-			names = append(names, string(name))
+// readNodeHugePages reads the hugepages of nodeN (name) of the node
+// directory nodes. Its hugepages directory is kept open between capacity
+// snapshots, although it goes with its node: the kernel gives it a
+// directory per hugepage size, so a kept one that lists none is one the
+// kernel removed since (see openKeptDir), and it is opened again by its
+// name; so is one whose read fails.
+func readNodeHugePages(r *reader, nodes *dir, name string) ([]HugePages, error) {
+	for again := false; ; again = true {
+		d, err := r.openKeptDir(nodes.fd, nodes.path, name+"/hugepages")
+		if errors.Is(err, fs.ErrNotExist) {
+			return []HugePages{}, nil // no hugepage support
 		}
-	})
+		if err != nil {
+			return nil, err
+		}
+		kept := d.kept
+		hp, err := readHugePages(r, &d, false)
+		if kept && !again && (err != nil || len(hp) == 0) {
+			d.forgetKept(r)
+			continue
+		}
+		d.close()
+		return hp, err
+	}
+}
+
+// readHugePages reads every hugepages-<size>kB/nr_hugepages of the hugepages
+// directory d, by ascending page size. fixed is set for kernel/mm/hugepages,
+// whose sizes the kernel fixes at boot: it is listed once (fixedNames).
+func readHugePages(r *reader, d *dir, fixed bool) ([]HugePages, error) {
+	out := []HugePages{}
+	isSize := func(name []byte) bool {
+		_, ok := parseHugePageDir(bytesToString(name))
+		return ok
+	}
+	var names []string
+	var err error
+	if fixed {
+		names, err = d.fixedNames(r, isSize)
+	} else {
+		err = d.scan(r, func(name []byte) {
+			if isSize(name) {
+				names = append(names, string(name))
+			}
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +273,7 @@ func readHugePages(r *reader, path string) ([]HugePages, error) {
 		}
 		n, err := parseUint(b)
 		if err != nil {
-			return nil, parseError(path+"/"+name+"/nr_hugepages", err)
+			return nil, parseError(d.path+"/"+name+"/nr_hugepages", err)
 		}
 		out = append(out, HugePages{PageSizeKiB: size, Pages: n})
 	}
@@ -240,7 +294,7 @@ func (f FS) readMemory(r *reader, m *Memory, blocks bool) error {
 	m.MemTotalBytes = mi.memTotalKiB * 1024
 	m.defaultHugePageSizeKiB = mi.hugePageSizeKiB
 
-	d, err := openDir(f.SysPath("devices/system/memory"))
+	d, err := r.openStableDir(f.SysPath("devices/system/memory"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // no memory hotplug support
 	}
@@ -248,7 +302,7 @@ func (f FS) readMemory(r *reader, m *Memory, blocks bool) error {
 		return err
 	}
 	defer d.close()
-	b, err = d.read(r, "block_size_bytes", "")
+	b, err = d.readFixed(r, "block_size_bytes")
 	if err != nil {
 		return err
 	}
