@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
@@ -85,7 +86,26 @@ type Result struct {
 	Initial bool
 	// Latency is from the batch's first trigger to the diff.
 	Latency time.Duration
-	Err     error
+	// Timing is when the reconcile's stages ended.
+	Timing Timing
+	Err    error
+}
+
+// Timing is when each stage of a reconcile ended, on the daemon's clock:
+// with the batch's Last and Due it splits the detection latency into the
+// quiet window, the lateness of the debounce timer and the scheduler
+// (Start - Due), the read of sysfs and procfs, the diff and the report. The
+// debug log entry "reconcile timing" carries it.
+type Timing struct {
+	// Start is when the reconcile began.
+	Start time.Time
+	// Read is when the snapshot had been read (hugepage files rescanned
+	// and the topology read).
+	Read time.Time
+	// Diffed is when it had been diffed with the last one.
+	Diffed time.Time
+	// Reported is when its changes had been logged and published.
+	Reported time.Time
 }
 
 // EventDriven reports whether the batch was opened by something that
@@ -321,13 +341,14 @@ func (d *Daemon) reconcile(b debounce.Batch) Result {
 	d.busySince.Store(start.UnixNano())
 	defer d.busySince.Store(0)
 
-	res := Result{Batch: b}
+	res := Result{Batch: b, Timing: Timing{Start: start}}
 	d.metrics.Reconciles.WithLabelValues(string(b.Cause)).Inc()
 	// NUMA nodes come and go with memory hotplug, and the kernel creates a
 	// new node's hugepage files after its uevent: look for new files on
 	// every reconcile (a directory walk, ~0.1 ms), not per event.
 	d.rescanHugePages()
 	snap, err := d.fs.CapacitySnapshot()
+	res.Timing.Read = d.clock.Now()
 	if err != nil {
 		res.Err = err
 		d.metrics.ReconcileErrors.Inc()
@@ -348,6 +369,7 @@ func (d *Daemon) reconcile(b debounce.Batch) Result {
 	res.Initial = old == nil
 	res.Changes = topology.Diff(old, snap)
 	end := d.clock.Now()
+	res.Timing.Diffed = end
 	res.Latency = end.Sub(b.First)
 	d.metrics.ReconcileDuration.Observe(end.Sub(start).Seconds())
 	d.metrics.LastReconcile.Set(float64(end.UnixNano()) / 1e9)
@@ -383,8 +405,33 @@ func (d *Daemon) reconcile(b debounce.Batch) Result {
 		d.log.Debug("no change", zap.String("trigger", string(b.Cause)), zap.Int("events", b.Count),
 			zap.Duration("took", end.Sub(start)))
 	}
+	res.Timing.Reported = d.clock.Now()
+	d.logTiming(res)
 	d.done(res)
 	return res
+}
+
+// logTiming logs a reconcile's stages at debug level, after its changes so
+// that it does not delay them. Durations are from the previous stage; the
+// trigger times are absolute, to compare with when the change happened.
+func (d *Daemon) logTiming(res Result) {
+	ce := d.log.Check(zapcore.DebugLevel, "reconcile timing")
+	if ce == nil {
+		return
+	}
+	t, b := res.Timing, res.Batch
+	ce.Write(
+		zap.String("trigger", string(b.Cause)),
+		zap.Int("events", b.Count),
+		zap.Time("first_trigger", b.First),
+		zap.Time("last_trigger", b.Last),
+		zap.Time("due", b.Due),
+		zap.Duration("late", t.Start.Sub(b.Due)),
+		zap.Duration("read", t.Read.Sub(t.Start)),
+		zap.Duration("diff", t.Diffed.Sub(t.Read)),
+		zap.Duration("report", t.Reported.Sub(t.Diffed)),
+		zap.Time("reported", t.Reported),
+	)
 }
 
 func (d *Daemon) done(res Result) {

@@ -15,6 +15,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -71,6 +74,12 @@ func start(t *testing.T) *harness {
 // before the result is handed to the test.
 func startWith(t *testing.T, wrap func(*clocktesting.FakeClock) clock.WithTicker, hook func(*Daemon, Result)) *harness {
 	t.Helper()
+	return startLogged(t, wrap, hook, nil)
+}
+
+// startLogged is startWith with the daemon logging to log (nil: nowhere).
+func startLogged(t *testing.T, wrap func(*clocktesting.FakeClock) clock.WithTicker, hook func(*Daemon, Result), log *zap.Logger) *harness {
+	t.Helper()
 	root := t.TempDir()
 	m := fixturegen.OneNode(2, 4194304, 0)
 	if err := m.WriteDir(root); err != nil {
@@ -86,7 +95,7 @@ func startWith(t *testing.T, wrap func(*clocktesting.FakeClock) clock.WithTicker
 	d, err := New(Config{
 		SysfsRoot: filepath.Join(root, "sys"), ProcfsRoot: filepath.Join(root, "proc"),
 		QuietWindow: quiet, MaxDelay: 5 * time.Second, Resync: time.Minute,
-		Clock: clk, Uevents: ue, HugePages: h.hugepage,
+		Clock: clk, Uevents: ue, HugePages: h.hugepage, Log: log,
 		OnReconcile: func(r Result) {
 			if hook != nil {
 				hook(h.d, r)
@@ -219,6 +228,49 @@ func TestCPUOfflineIsOneChange(t *testing.T) {
 		t.Errorf("detection latency samples = %d, want 1", got)
 	}
 	h.expectNoResult()
+}
+
+// TestReconcileTiming: a reconcile's stages are in order from its batch's
+// due time on, and at debug level they are logged after the changes, so that
+// the log entries a reader waits for are not delayed by it.
+func TestReconcileTiming(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	h := startLogged(t, nil, nil, zap.New(core))
+	started := logs.Len() // the first snapshot's entries
+	h.write("sys/devices/system/cpu/online", "0\n")
+	h.write("sys/devices/system/node/node0/cpulist", "0\n")
+	os.RemoveAll(filepath.Join(h.root, "sys/devices/system/cpu/cpu1/topology"))
+	h.uevents.Event(uevent.Event{Action: uevent.ActionOffline, Subsystem: "cpu", DevPath: "/devices/system/cpu/cpu1"})
+	r := h.settle()
+
+	tm := r.Timing
+	if tm.Start.Before(r.Batch.Due) || tm.Read.Before(tm.Start) || tm.Diffed.Before(tm.Read) || tm.Reported.Before(tm.Diffed) {
+		t.Errorf("stages out of order: due %v, timing %+v", r.Batch.Due, tm)
+	}
+	var msgs []string
+	var timing map[string]any
+	for _, e := range logs.All()[started:] {
+		if e.LoggerName != "daemon" {
+			continue
+		}
+		msgs = append(msgs, e.Message)
+		if e.Message == "reconcile timing" {
+			timing = e.ContextMap()
+		}
+	}
+	want := []string{"topology changed: cpu: 2 -> 1", "topology changed: node 0 cpus: 0-1 -> 0", "reconcile timing"}
+	if diff := cmp.Diff(want, msgs); diff != "" {
+		t.Fatalf("daemon log (-want +got):\n%s", diff)
+	}
+	wantTiming := map[string]any{
+		"trigger": "uevent", "events": int64(1),
+		"first_trigger": r.Batch.First, "last_trigger": r.Batch.Last, "due": r.Batch.Due,
+		"late": tm.Start.Sub(r.Batch.Due), "read": tm.Read.Sub(tm.Start), "diff": tm.Diffed.Sub(tm.Read),
+		"report": tm.Reported.Sub(tm.Diffed), "reported": tm.Reported,
+	}
+	if diff := cmp.Diff(wantTiming, timing); diff != "" {
+		t.Errorf("reconcile timing fields (-want +got):\n%s", diff)
+	}
 }
 
 func TestBurstIsOneReconcileWithoutChange(t *testing.T) {

@@ -26,6 +26,10 @@ const (
 type Batch struct {
 	// First and Last are when the first and the last trigger arrived.
 	First, Last time.Time
+	// Due is when the batch became due: Last plus the quiet window, or
+	// First plus the maximum delay when that is earlier. A handler that
+	// starts later than Due was held up by its timer or the scheduler.
+	Due time.Time
 	// Count is the number of triggers; Triggers counts them by kind.
 	Count    int
 	Triggers map[Trigger]int
@@ -89,6 +93,7 @@ func (w *Window) Due(now time.Time) (Batch, bool) {
 		return Batch{}, false
 	}
 	b := w.pending
+	b.Due = w.Deadline()
 	w.pending = Batch{}
 	return b, true
 }
@@ -163,7 +168,7 @@ func (d *Debouncer) Fire(t Trigger, fire func(Batch)) {
 	defer d.fired()
 	d.fire.Lock()
 	defer d.fire.Unlock()
-	fire(Batch{First: now, Last: now, Count: 1, Cause: t, Triggers: map[Trigger]int{t: 1}})
+	fire(Batch{First: now, Last: now, Due: now, Count: 1, Cause: t, Triggers: map[Trigger]int{t: 1}})
 }
 
 // Pending reports whether a batch is pending: from its first trigger (a

@@ -84,6 +84,10 @@ func TestWindow(t *testing.T) {
 				if due && (b.Count != s.count || !b.First.Equal(at(s.first))) {
 					t.Fatalf("step %d: batch count %d first %v, want %d %dms", i, b.Count, b.First.Sub(t0), s.count, s.first)
 				}
+				// Every case checks a batch at the moment it became due.
+				if due && !b.Due.Equal(at(s.ms)) {
+					t.Fatalf("step %d: batch due at %v, want %dms", i, b.Due.Sub(t0), s.ms)
+				}
 			}
 		})
 	}
@@ -99,7 +103,7 @@ func TestWindowBatchContents(t *testing.T) {
 	if !ok {
 		t.Fatal("not due")
 	}
-	want := Batch{First: at(0), Last: at(30), Count: 4, Cause: TriggerStart,
+	want := Batch{First: at(0), Last: at(30), Due: at(1030), Count: 4, Cause: TriggerStart,
 		Triggers: map[Trigger]int{TriggerStart: 1, TriggerUevent: 2, TriggerHugePages: 1}}
 	if diff := cmp.Diff(want, b); diff != "" {
 		t.Errorf("batch (-want +got):\n%s", diff)
@@ -343,7 +347,7 @@ func TestFire(t *testing.T) {
 	var pendingInside bool
 	var idleInside <-chan struct{}
 	d.Fire(TriggerStart, func(b Batch) { got, pendingInside, idleInside = b, d.Pending(), d.Idle() })
-	want := Batch{First: t0, Last: t0, Count: 1, Cause: TriggerStart, Triggers: map[Trigger]int{TriggerStart: 1}}
+	want := Batch{First: t0, Last: t0, Due: t0, Count: 1, Cause: TriggerStart, Triggers: map[Trigger]int{TriggerStart: 1}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("fired batch (-want +got):\n%s", diff)
 	}
