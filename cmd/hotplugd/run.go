@@ -20,7 +20,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/hotplugd/hotplugd/pkg/budget"
@@ -29,6 +28,7 @@ import (
 	"github.com/hotplugd/hotplugd/pkg/daemon"
 	"github.com/hotplugd/hotplugd/pkg/debounce"
 	"github.com/hotplugd/hotplugd/pkg/journal"
+	"github.com/hotplugd/hotplugd/pkg/kubeclient"
 	"github.com/hotplugd/hotplugd/pkg/kubeletctl"
 	"github.com/hotplugd/hotplugd/pkg/kubeletstart"
 	"github.com/hotplugd/hotplugd/pkg/kubeletversion"
@@ -276,6 +276,7 @@ Flags:
 %s`, &o, args, stderr); done {
 		return code
 	}
+	idleRuntime(os.Getenv)
 	log, err := logging.New(o.Logging, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "hotplugd run: %v\n", err)
@@ -446,7 +447,7 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 		if o.RestartBudgetTokenFile != "" {
 			cfg, err := nodepatch.WithTokenFile(restCfg, o.RestartBudgetTokenFile)
 			if err == nil {
-				budgetClient, err = kubernetes.NewForConfig(cfg)
+				budgetClient, err = kubeclient.NewForConfig(cfg)
 			}
 			if err != nil {
 				return nil, cleanup, fmt.Errorf("--restart-budget-token-file: %w", err)
@@ -546,7 +547,7 @@ func (o *runOptions) cluster(cfg *daemon.Config, log *zap.Logger) (wire func(*da
 // pruneAtRemoval removes hotplugd's condition and annotations from its
 // Node when d says hotplugd is being removed; it says what it did, or why
 // not. The DaemonSet's grace period (30 s) bounds it; it takes 10 s at most.
-func pruneAtRemoval(d removal.Detector, client kubernetes.Interface, node string, dryRun bool, log *zap.Logger) {
+func pruneAtRemoval(d removal.Detector, client kubeclient.Interface, node string, dryRun bool, log *zap.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	removing, why, err := d.Removing(ctx)

@@ -5,16 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
+
+	"github.com/hotplugd/hotplugd/pkg/kubeclient"
 )
 
 // LabelBudget is on every Lease of a budget, with the budget's Name, so
@@ -24,7 +26,7 @@ const LabelBudget = "hotplugd.io/restart-budget"
 // Options configures a Budget.
 type Options struct {
 	// Client reaches the API server.
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 	// Namespace holds the Leases.
 	Namespace string
 	// Name prefixes the Leases' names: <Name>-<slot>.
@@ -78,12 +80,12 @@ func (e *Exhausted) Error() string {
 // Hold is a node's hold of one Lease of the budget.
 type Hold struct {
 	b    *Budget
-	lock *resourcelock.LeaseLock
-	rec  resourcelock.LeaderElectionRecord
+	lock *leaseLock
+	rec  record
 }
 
 // Slot is the Lease's name.
-func (h *Hold) Slot() string { return h.lock.LeaseMeta.Name }
+func (h *Hold) Slot() string { return h.lock.name }
 
 // Acquire takes one Lease of the budget for this node: one it already
 // holds, else a free or expired one. One LIST of the budget's Leases (by
@@ -147,12 +149,12 @@ func (b *Budget) Acquire(ctx context.Context) (*Hold, error) {
 
 // list reads the budget's Leases: the record of slot i, nil when its
 // Lease does not exist.
-func (b *Budget) list(ctx context.Context) ([]*resourcelock.LeaderElectionRecord, error) {
+func (b *Budget) list(ctx context.Context) ([]*record, error) {
 	l, err := b.o.Client.CoordinationV1().Leases(b.o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelBudget + "=" + b.o.Name})
 	if err != nil {
 		return nil, fmt.Errorf("budget: listing the Leases %s/%s-*: %w", b.o.Namespace, b.o.Name, err)
 	}
-	recs := make([]*resourcelock.LeaderElectionRecord, b.o.Slots)
+	recs := make([]*record, b.o.Slots)
 	for i := range l.Items {
 		lease := &l.Items[i]
 		slot, ok := strings.CutPrefix(lease.Name, b.o.Name+"-")
@@ -160,7 +162,7 @@ func (b *Budget) list(ctx context.Context) ([]*resourcelock.LeaderElectionRecord
 		if !ok || err != nil || n < 0 || n >= b.o.Slots || strconv.Itoa(n) != slot {
 			continue
 		}
-		recs[n] = resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)
+		recs[n] = specRecord(&lease.Spec)
 	}
 	return recs, nil
 }
@@ -184,7 +186,7 @@ func (b *Budget) order() []int {
 // it since it was read.
 func (b *Budget) try(ctx context.Context, i int) (h *Hold, holder string, err error) {
 	lock := b.lock(i)
-	rec, _, err := lock.Get(ctx)
+	rec, err := lock.get(ctx)
 	if err != nil {
 		return nil, "", err
 	}
@@ -223,7 +225,7 @@ func (b *Budget) ReleaseOwn(ctx context.Context) (int, error) {
 }
 
 // held is whether rec is another node's live hold.
-func (b *Budget) held(rec *resourcelock.LeaderElectionRecord) bool {
+func (b *Budget) held(rec *record) bool {
 	if rec.HolderIdentity == "" || rec.HolderIdentity == b.o.Holder {
 		return false
 	}
@@ -231,18 +233,17 @@ func (b *Budget) held(rec *resourcelock.LeaderElectionRecord) bool {
 	return b.o.Clock.Now().Before(expires)
 }
 
-func (b *Budget) lock(slot int) *resourcelock.LeaseLock {
-	return &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: b.o.Namespace, Name: b.o.Name + "-" + strconv.Itoa(slot)},
-		Client:     b.o.Client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: b.o.Holder},
-		Labels:     map[string]string{LabelBudget: b.o.Name},
+func (b *Budget) lock(slot int) *leaseLock {
+	return &leaseLock{
+		leases:    b.o.Client.CoordinationV1().Leases(b.o.Namespace),
+		namespace: b.o.Namespace, name: b.o.Name + "-" + strconv.Itoa(slot),
+		labels: map[string]string{LabelBudget: b.o.Name},
 	}
 }
 
-func (b *Budget) record(transitions int) resourcelock.LeaderElectionRecord {
+func (b *Budget) record(transitions int) record {
 	now := metav1.NewTime(b.o.Clock.Now())
-	return resourcelock.LeaderElectionRecord{
+	return record{
 		HolderIdentity:       b.o.Holder,
 		LeaseDurationSeconds: int((b.o.Duration + time.Second - 1) / time.Second),
 		AcquireTime:          now,
@@ -251,17 +252,17 @@ func (b *Budget) record(transitions int) resourcelock.LeaderElectionRecord {
 	}
 }
 
-func (b *Budget) create(ctx context.Context, lock *resourcelock.LeaseLock) (*Hold, error) {
+func (b *Budget) create(ctx context.Context, lock *leaseLock) (*Hold, error) {
 	rec := b.record(0)
-	if err := lock.Create(ctx, rec); err != nil {
+	if err := lock.create(ctx, rec); err != nil {
 		return nil, err
 	}
 	return &Hold{b: b, lock: lock, rec: rec}, nil
 }
 
-// take updates a Lease read by lock.Get to this node's hold; a conflict
+// take updates a Lease read by lock.get to this node's hold; a conflict
 // when another node wrote it since.
-func (b *Budget) take(ctx context.Context, lock *resourcelock.LeaseLock, old *resourcelock.LeaderElectionRecord) (*Hold, error) {
+func (b *Budget) take(ctx context.Context, lock *leaseLock, old *record) (*Hold, error) {
 	transitions := old.LeaderTransitions
 	rec := b.record(transitions)
 	if old.HolderIdentity == b.o.Holder {
@@ -269,7 +270,7 @@ func (b *Budget) take(ctx context.Context, lock *resourcelock.LeaseLock, old *re
 	} else {
 		rec.LeaderTransitions = transitions + 1
 	}
-	if err := lock.Update(ctx, rec); err != nil {
+	if err := lock.update(ctx, rec); err != nil {
 		return nil, err
 	}
 	return &Hold{b: b, lock: lock, rec: rec}, nil
@@ -279,7 +280,7 @@ func (b *Budget) take(ctx context.Context, lock *resourcelock.LeaseLock, old *re
 // longer this node's (it expired and another node took it) or cannot be
 // written.
 func (h *Hold) Renew(ctx context.Context) error {
-	rec, _, err := h.lock.Get(ctx)
+	rec, err := h.lock.get(ctx)
 	if err != nil {
 		return fmt.Errorf("budget: renewing %s: %w", h.Slot(), err)
 	}
@@ -287,7 +288,7 @@ func (h *Hold) Renew(ctx context.Context) error {
 		return fmt.Errorf("budget: renewing %s: held by %q now", h.Slot(), rec.HolderIdentity)
 	}
 	h.rec.RenewTime = metav1.NewTime(h.b.o.Clock.Now())
-	if err := h.lock.Update(ctx, h.rec); err != nil {
+	if err := h.lock.update(ctx, h.rec); err != nil {
 		return fmt.Errorf("budget: renewing %s: %w", h.Slot(), err)
 	}
 	return nil
@@ -295,7 +296,7 @@ func (h *Hold) Renew(ctx context.Context) error {
 
 // Release gives the Lease back (no holder), if it is still this node's.
 func (h *Hold) Release(ctx context.Context) error {
-	rec, _, err := h.lock.Get(ctx)
+	rec, err := h.lock.get(ctx)
 	if err != nil {
 		return fmt.Errorf("budget: releasing %s: %w", h.Slot(), err)
 	}
@@ -305,7 +306,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	free := *rec
 	free.HolderIdentity = ""
 	free.RenewTime = metav1.NewTime(h.b.o.Clock.Now())
-	if err := h.lock.Update(ctx, free); err != nil {
+	if err := h.lock.update(ctx, free); err != nil {
 		return fmt.Errorf("budget: releasing %s: %w", h.Slot(), err)
 	}
 	return nil
@@ -313,3 +314,114 @@ func (h *Hold) Release(ctx context.Context) error {
 
 // Slots is how many nodes may hold the budget at once.
 func (b *Budget) Slots() int { return b.o.Slots }
+
+// record is what a Lease says of its holder, as leader election reads it
+// (client-go's resourcelock.LeaderElectionRecord).
+type record struct {
+	HolderIdentity       string
+	LeaseDurationSeconds int
+	AcquireTime          metav1.Time
+	RenewTime            metav1.Time
+	LeaderTransitions    int
+	Strategy             coordinationv1.CoordinatedLeaseStrategy
+	PreferredHolder      string
+}
+
+// specRecord reads a Lease's spec (resourcelock.LeaseSpecToLeaderElectionRecord).
+func specRecord(spec *coordinationv1.LeaseSpec) *record {
+	var r record
+	if spec.HolderIdentity != nil {
+		r.HolderIdentity = *spec.HolderIdentity
+	}
+	if spec.LeaseDurationSeconds != nil {
+		r.LeaseDurationSeconds = int(*spec.LeaseDurationSeconds)
+	}
+	if spec.LeaseTransitions != nil {
+		r.LeaderTransitions = int(*spec.LeaseTransitions)
+	}
+	if spec.AcquireTime != nil {
+		r.AcquireTime = metav1.Time{Time: spec.AcquireTime.Time}
+	}
+	if spec.RenewTime != nil {
+		r.RenewTime = metav1.Time{Time: spec.RenewTime.Time}
+	}
+	if spec.PreferredHolder != nil {
+		r.PreferredHolder = *spec.PreferredHolder
+	}
+	if spec.Strategy != nil {
+		r.Strategy = *spec.Strategy
+	}
+	return &r
+}
+
+// spec is r as a Lease's spec (resourcelock.LeaderElectionRecordToLeaseSpec).
+func (r record) spec() coordinationv1.LeaseSpec {
+	duration, transitions := int32(r.LeaseDurationSeconds), int32(r.LeaderTransitions)
+	spec := coordinationv1.LeaseSpec{
+		HolderIdentity:       &r.HolderIdentity,
+		LeaseDurationSeconds: &duration,
+		AcquireTime:          &metav1.MicroTime{Time: r.AcquireTime.Time},
+		RenewTime:            &metav1.MicroTime{Time: r.RenewTime.Time},
+		LeaseTransitions:     &transitions,
+	}
+	if r.PreferredHolder != "" {
+		spec.PreferredHolder = &r.PreferredHolder
+	}
+	if r.Strategy != "" {
+		spec.Strategy = &r.Strategy
+	}
+	return spec
+}
+
+// leaseLock is one Lease of the budget, written with the resourceVersion
+// last read or written: client-go's resourcelock.LeaseLock, whose package
+// would link client-go's Clientset into hotplugd (pkg/kubeclient says why
+// not).
+type leaseLock struct {
+	leases          kubeclient.LeaseInterface
+	namespace, name string
+	labels          map[string]string
+	lease           *coordinationv1.Lease // as last read or written
+}
+
+// get reads the Lease's record.
+func (l *leaseLock) get(ctx context.Context) (*record, error) {
+	lease, err := l.leases.Get(ctx, l.name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	l.lease = lease
+	return specRecord(&lease.Spec), nil
+}
+
+// create makes the Lease, with the budget's label.
+func (l *leaseLock) create(ctx context.Context, rec record) error {
+	lease, err := l.leases.Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: l.namespace, Name: l.name, Labels: l.labels},
+		Spec:       rec.spec(),
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	l.lease = lease
+	return nil
+}
+
+// update writes rec over the Lease as last read or written (a conflict
+// when it changed since), adding the budget's label.
+func (l *leaseLock) update(ctx context.Context, rec record) error {
+	if l.lease == nil {
+		return fmt.Errorf("budget: %s/%s: updated before it was read", l.namespace, l.name)
+	}
+	l.lease.Spec = rec.spec()
+	if l.lease.Labels == nil {
+		l.lease.Labels = map[string]string{}
+	}
+	maps.Copy(l.lease.Labels, l.labels)
+	lease, err := l.leases.Update(ctx, l.lease, metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	l.lease = lease
+	return nil
+}

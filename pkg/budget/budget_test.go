@@ -11,11 +11,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/hotplugd/hotplugd/internal/kubeclienttest"
 )
 
 func newBudget(t *testing.T, c kubernetes.Interface, clk *clocktesting.FakeClock, holder string, slots int) *Budget {
 	t.Helper()
-	b, err := New(Options{Client: c, Namespace: "hotplugd-system", Name: "hotplugd-restart", Slots: slots, Holder: holder, Duration: 90 * time.Second, Clock: clk})
+	b, err := New(Options{Client: kubeclienttest.Clientset(c), Namespace: "hotplugd-system", Name: "hotplugd-restart", Slots: slots, Holder: holder, Duration: 90 * time.Second, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func TestBudget(t *testing.T) {
 
 func TestNewRefuses(t *testing.T) {
 	c := fake.NewClientset()
-	ok := Options{Client: c, Namespace: "ns", Name: "n", Slots: 1, Holder: "h", Duration: time.Minute}
+	ok := Options{Client: kubeclienttest.Clientset(c), Namespace: "ns", Name: "n", Slots: 1, Holder: "h", Duration: time.Minute}
 	for name, edit := range map[string]func(*Options){
 		"no client": func(o *Options) { o.Client = nil },
 		"no slots":  func(o *Options) { o.Slots = 0 },

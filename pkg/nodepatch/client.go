@@ -9,9 +9,10 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/hotplugd/hotplugd/pkg/kubeclient"
 )
 
 // ClientOptions say how to reach the API server.
@@ -28,9 +29,9 @@ type ClientOptions struct {
 	Registerer prometheus.Registerer
 }
 
-// NewClient returns a clientset for opts, counting every request it makes
+// NewClient returns a client for opts, counting every request it makes
 // by verb and status code.
-func NewClient(o ClientOptions) (kubernetes.Interface, *rest.Config, error) {
+func NewClient(o ClientOptions) (kubeclient.Interface, *rest.Config, error) {
 	cfg, err := restConfig(o.Kubeconfig)
 	if err != nil {
 		return nil, nil, err
@@ -47,7 +48,7 @@ func NewClient(o ClientOptions) (kubernetes.Interface, *rest.Config, error) {
 		}
 		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt, requests} })
 	}
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := kubeclient.NewForConfig(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("nodepatch: client: %w", err)
 	}

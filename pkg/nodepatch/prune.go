@@ -11,7 +11,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/hotplugd/hotplugd/pkg/kubeclient"
 )
 
 // Owned is what hotplugd has left on a Node: its condition (nil: none)
@@ -66,7 +67,7 @@ func PrunePatch(node *v1.Node) []byte {
 // Prune removes what hotplugd has left on its Node and returns what it
 // found (and, unless dryRun, removed). A Node that carries nothing of
 // hotplugd's is not written.
-func Prune(ctx context.Context, c kubernetes.Interface, name string, dryRun bool) (Owned, error) {
+func Prune(ctx context.Context, c kubeclient.Interface, name string, dryRun bool) (Owned, error) {
 	n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return Owned{}, fmt.Errorf("reading Node %s: %w", name, err)

@@ -5,8 +5,8 @@ import (
 
 	"go.uber.org/zap"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/hotplugd/hotplugd/pkg/kubeclient"
 	"github.com/hotplugd/hotplugd/pkg/watchone"
 )
 
@@ -20,7 +20,7 @@ type Watch struct {
 
 // NewWatch returns a Watch of the Node name; nothing is requested before
 // Run.
-func NewWatch(client kubernetes.Interface, name string, log *zap.Logger) *Watch {
+func NewWatch(client kubeclient.Interface, name string, log *zap.Logger) *Watch {
 	if log == nil {
 		log = zap.NewNop()
 	}

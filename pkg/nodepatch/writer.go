@@ -13,23 +13,22 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/hotplugd/hotplugd/pkg/kubeclient"
 )
 
 // WriterOptions configure a Writer.
 type WriterOptions struct {
-	Client   kubernetes.Interface
+	Client   kubeclient.Interface
 	NodeName string
 	// DryRun logs what would be written and writes nothing.
 	DryRun bool
 	Log    *zap.Logger
 	// Recorder sends Events; nil: one that sends them to the API server
-	// as component hotplugd.
-	Recorder record.EventRecorder
+	// as component hotplugd, as client-go's event recorder does.
+	Recorder EventRecorder
 	// Registerer gets the writer's metrics; nil: not registered.
 	Registerer prometheus.Registerer
 	// RequestTimeout bounds one request (default 10s).
@@ -44,8 +43,8 @@ type WriterOptions struct {
 type Writer struct {
 	o        WriterOptions
 	log      *zap.Logger
-	recorder record.EventRecorder
-	events   record.EventBroadcaster // nil when o.Recorder was given
+	recorder EventRecorder
+	events   *eventSender // nil when o.Recorder was given
 	ref      *v1.ObjectReference
 	metrics  struct {
 		stale, heartbeat prometheus.Gauge
@@ -103,8 +102,9 @@ func NewWriter(o WriterOptions) (*Writer, error) {
 	}
 	w.recorder = o.Recorder
 	if w.recorder == nil {
-		w.events = record.NewBroadcaster()
-		w.recorder = w.events.NewRecorder(scheme.Scheme, v1.EventSource{Component: "hotplugd", Host: o.NodeName})
+		w.events = newEventSender(o.Client.CoreV1().Events(""), v1.EventSource{Component: "hotplugd", Host: o.NodeName},
+			w.log, clock.RealClock{})
+		w.recorder = w.events
 	}
 	return w, nil
 }
@@ -115,9 +115,7 @@ func (w *Writer) Run(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	w.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: w.o.Client.CoreV1().Events("")})
-	<-ctx.Done()
-	w.events.Shutdown()
+	w.events.Run(ctx)
 	return nil
 }
 

@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/hotplugd/hotplugd/internal/kubeclienttest"
 )
 
 func writerRig(t *testing.T, dryRun bool) (*Writer, *fake.Clientset, *record.FakeRecorder) {
@@ -22,7 +24,7 @@ func writerRig(t *testing.T, dryRun bool) (*Writer, *fake.Clientset, *record.Fak
 	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	c := fake.NewClientset(n)
 	rec := record.NewFakeRecorder(10)
-	w, err := NewWriter(WriterOptions{Client: c, NodeName: "n1", DryRun: dryRun, Recorder: rec})
+	w, err := NewWriter(WriterOptions{Client: kubeclienttest.Clientset(c), NodeName: "n1", DryRun: dryRun, Recorder: rec})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 
 	"go.uber.org/zap"
 	appsv1 "k8s.io/api/apps/v1"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/hotplugd/hotplugd/pkg/kubeclient"
 	"github.com/hotplugd/hotplugd/pkg/watchone"
 )
 
@@ -24,7 +24,7 @@ type Watch struct {
 
 // NewWatch returns a Watch of the DaemonSet namespace/name; nothing is
 // requested before Run.
-func NewWatch(client kubernetes.Interface, namespace, name string, log *zap.Logger) *Watch {
+func NewWatch(client kubeclient.Interface, namespace, name string, log *zap.Logger) *Watch {
 	if log == nil {
 		log = zap.NewNop()
 	}

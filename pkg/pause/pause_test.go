@@ -9,6 +9,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/hotplugd/hotplugd/internal/kubeclienttest"
 )
 
 // TestWatch follows the annotation on and off (a fake clientset: the real
@@ -21,7 +23,7 @@ func TestWatch(t *testing.T) {
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hotplugd",
 		Annotations: map[string]string{Annotation: "node pool upgrade"}}}
 	c := fake.NewClientset(ds)
-	w := NewWatch(c, "ns", "hotplugd", nil)
+	w := NewWatch(kubeclienttest.Clientset(c), "ns", "hotplugd", nil)
 	if got := w.Paused(); got != "" {
 		t.Errorf("before the first list: %q, want not paused", got)
 	}

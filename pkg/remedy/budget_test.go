@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/hotplugd/hotplugd/internal/kubeclienttest"
 	"github.com/hotplugd/hotplugd/pkg/budget"
 	"github.com/hotplugd/hotplugd/pkg/kubeletwatch"
 	"github.com/hotplugd/hotplugd/pkg/nodepatch"
@@ -27,7 +28,7 @@ func noSnapshot() (*topology.Snapshot, error) { return nil, errors.New("none") }
 func TestTakeBudgetAfterStartRelease(t *testing.T) {
 	c := fake.NewClientset()
 	newB := func() *budget.Budget {
-		b, err := budget.New(budget.Options{Client: c, Namespace: "ns", Name: "r", Slots: 1, Holder: "node-a", Duration: time.Minute})
+		b, err := budget.New(budget.Options{Client: kubeclienttest.Clientset(c), Namespace: "ns", Name: "r", Slots: 1, Holder: "node-a", Duration: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/hotplugd/hotplugd/pkg/kubeclient"
 )
 
 // Detector says whether hotplugd is being removed, and why it thinks so.
@@ -19,7 +20,7 @@ type Detector interface {
 // Parse reads --prune-on-removal: "daemonset/NAMESPACE/NAME" or
 // "systemd/UNIT" ("" is none: nil, nil). Kinds are the installer's; client
 // is used by a DaemonSet's, fileState by a unit's.
-func Parse(spec string, client kubernetes.Interface, fileState func(ctx context.Context, unit string) (string, error)) (Detector, error) {
+func Parse(spec string, client kubeclient.Interface, fileState func(ctx context.Context, unit string) (string, error)) (Detector, error) {
 	if spec == "" {
 		return nil, nil
 	}
@@ -46,7 +47,7 @@ func Parse(spec string, client kubernetes.Interface, fileState func(ctx context.
 // propagation keeps it, with a deletion timestamp, until its pods are
 // gone). An update, a drain or an eviction leaves the DaemonSet as it is.
 type DaemonSet struct {
-	Client          kubernetes.Interface
+	Client          kubeclient.Interface
 	Namespace, Name string
 }
 

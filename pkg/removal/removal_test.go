@@ -10,6 +10,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/hotplugd/hotplugd/internal/kubeclienttest"
 )
 
 func TestParse(t *testing.T) {
@@ -80,7 +82,7 @@ func TestDaemonSet(t *testing.T) {
 		removing bool
 		why      string
 	}{{"present", false, "remains"}, {"deleting", true, "being deleted"}, {"gone", true, "is gone"}} {
-		removing, why, err := DaemonSet{Client: c, Namespace: "ns", Name: tc.name}.Removing(context.Background())
+		removing, why, err := DaemonSet{Client: kubeclienttest.Clientset(c), Namespace: "ns", Name: tc.name}.Removing(context.Background())
 		if err != nil || removing != tc.removing || !strings.Contains(why, tc.why) {
 			t.Errorf("%s: %v, %q, %v; want %v and %q", tc.name, removing, why, err, tc.removing, tc.why)
 		}

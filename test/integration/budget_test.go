@@ -14,6 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/hotplugd/hotplugd/pkg/budget"
+	"github.com/hotplugd/hotplugd/pkg/kubeclient"
 )
 
 // TestIntegrationRestartBudget: twelve nodes contend for a budget of two
@@ -27,13 +28,18 @@ import (
 func TestIntegrationRestartBudget(t *testing.T) {
 	s := startAPIServer(t)
 	c := s.Client()
+	// The budget's client is the daemon's own (pkg/kubeclient).
+	kc, err := kubeclient.NewForConfig(s.RestConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	const ns, slots, nodes, rounds = "hotplugd-system", 2, 12, 40
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	newBudget := func(holder string, d time.Duration) *budget.Budget {
-		b, err := budget.New(budget.Options{Client: c, Namespace: ns, Name: "hotplugd-restart", Slots: slots, Holder: holder, Duration: d})
+		b, err := budget.New(budget.Options{Client: kc, Namespace: ns, Name: "hotplugd-restart", Slots: slots, Holder: holder, Duration: d})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +93,7 @@ func TestIntegrationRestartBudget(t *testing.T) {
 	// exact, with no waiting.
 	clk := clocktesting.NewFakeClock(time.Now())
 	withClock := func(holder string, d time.Duration) *budget.Budget {
-		b, err := budget.New(budget.Options{Client: c, Namespace: ns, Name: "hotplugd-restart", Slots: slots, Holder: holder, Duration: d, Clock: clk})
+		b, err := budget.New(budget.Options{Client: kc, Namespace: ns, Name: "hotplugd-restart", Slots: slots, Holder: holder, Duration: d, Clock: clk})
 		if err != nil {
 			t.Fatal(err)
 		}

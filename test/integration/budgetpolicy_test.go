@@ -17,6 +17,7 @@ import (
 	coordv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/hotplugd/hotplugd/internal/kubeclienttest"
 	"github.com/hotplugd/hotplugd/pkg/budget"
 )
 
@@ -78,7 +79,7 @@ func TestIntegrationBudgetPolicy(t *testing.T) {
 	rbacNode(t, admin, "node-c")
 	c := clientFor(t, s, nodeToken(t, admin, "node-c"))
 	newBudget := func(cl kubernetes.Interface, holder string) *budget.Budget {
-		bud, err := budget.New(budget.Options{Client: cl, Namespace: hotplugdNamespace, Name: "hotplugd-restart", Slots: 1, Holder: holder, Duration: time.Minute})
+		bud, err := budget.New(budget.Options{Client: kubeclienttest.Clientset(cl), Namespace: hotplugdNamespace, Name: "hotplugd-restart", Slots: 1, Holder: holder, Duration: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
