@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -228,6 +230,25 @@ func TestCPUOfflineIsOneChange(t *testing.T) {
 		t.Errorf("detection latency samples = %d, want 1", got)
 	}
 	h.expectNoResult()
+}
+
+// TestMetricsUncompressed: /metrics answers uncompressed also to a scraper
+// that accepts gzip (as Prometheus does), and has the daemon's metrics.
+func TestMetricsUncompressed(t *testing.T) {
+	h := start(t)
+	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	rec := httptest.NewRecorder()
+	h.d.handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/metrics: %d %s", rec.Code, rec.Body)
+	}
+	if enc := rec.Header().Get("Content-Encoding"); enc != "" {
+		t.Errorf("/metrics: Content-Encoding %q, want none", enc)
+	}
+	if !strings.Contains(rec.Body.String(), "hotplugd_reconciles_total") {
+		t.Errorf("/metrics has no hotplugd_reconciles_total:\n%s", rec.Body)
+	}
 }
 
 // TestReconcileTiming: a reconcile's stages are in order from its batch's
