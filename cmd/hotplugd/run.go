@@ -143,7 +143,7 @@ func (o *runOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RestartBudgetPoll, "restart-budget-poll", 10*time.Second, "how long a node that found the restart budget taken waits before it asks again (one LIST of the budget's Leases), spread by up to half of it either way")
 	fs.StringVar(&o.RestartBudgetTokenFile, "restart-budget-token-file", "", "a bearer token for the restart budget's Leases, with --kubeconfig's server and CA (re-read as it changes): the systemd unit's, whose kubelet credentials may write no Lease outside kube-node-lease; a token of the service account hotplugd bound to this Node (kubectl -n hotplugd-system create token hotplugd --bound-object-kind Node --bound-object-name NODE). \"\": --kubeconfig's credentials (the DaemonSet's service account)")
 	fs.StringArrayVar(&o.RemedyWindows, "remedy-window", nil, "a weekly window in which a kubelet restart may start, \"DAYS HH:MM-HH:MM [ZONE]\" (\"mon-fri 02:00-05:00 Europe/Berlin\", \"* 22:00-06:00\"; days sun..sat, ranges, lists or *; zone UTC when left out); repeat for several; none: any time. Outside them the drift is reported and the restart waits")
-	fs.DurationVar(&o.KubeletPoll, "kubelet-poll", 5*time.Second, "how often hotplugd checks that the kubelet it knows still runs, or looks for one (its configuration files are watched with inotify)")
+	fs.DurationVar(&o.KubeletPoll, "kubelet-poll", 5*time.Second, "how often hotplugd looks for a kubelet while it knows none, or checks that the one it knows still runs where the kernel cannot tell it of its exit (a pidfd; its configuration files are watched with inotify)")
 }
 
 // Validate checks the option values.

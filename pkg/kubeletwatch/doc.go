@@ -14,6 +14,11 @@
 // It is a package of its own because both halves of the daemon (the Node
 // report and the kubelet restart) must act on the same, current view of the
 // kubelet, and because discovery has its own sources (procfs, inotify on
-// configuration files) and its own cost to keep low at idle: a poll reads
-// one /proc/<pid>/stat while the kubelet it knows still runs.
+// configuration files) and its own cost to keep low at idle: while the
+// kubelet it knows runs, its exit comes through a pidfd in the Go runtime's
+// poller and nothing wakes the watcher up (from that exit on, it polls
+// until it finds the next kubelet); where there can be no pidfd (a
+// procfs of another PID namespace, a kernel before 5.10), a poll reads one
+// /proc/<pid>/stat. A kubelet given by the operator (--kubelet-config) has
+// no process to follow: only its files are watched.
 package kubeletwatch

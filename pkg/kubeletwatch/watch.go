@@ -145,6 +145,10 @@ type Watcher struct {
 	version      kubeletversion.Version
 	versionFrom  string
 	versionErr   error
+
+	// armed, for tests, is told after each discovery of Run whether Run
+	// polls until the next.
+	armed func(poll bool)
 }
 
 // New returns a Watcher; nothing is discovered before Refresh or Run.
@@ -380,9 +384,10 @@ func bootTime(procRoot string) (time.Time, error) {
 	return now.Add(-time.Duration(up * float64(time.Second))), nil
 }
 
-// Run discovers the kubelet, then follows it until ctx is done: a poll
-// every Options.Poll checks that the kubelet process it knows still runs
-// (one stat file) or, with none known, looks for one; inotify on the
+// Run discovers the kubelet, then follows it until ctx is done: the exit of
+// the kubelet process it knows comes through a pidfd where it can have one,
+// else a poll every Options.Poll checks that the process still runs (one
+// stat file); with none known, the poll looks for one; inotify on the
 // configuration files and directories reports their writes.
 func (w *Watcher) Run(ctx context.Context) error {
 	fw, err := fsnotify.NewWatcher()
@@ -430,16 +435,79 @@ func (w *Watcher) Run(ctx context.Context) error {
 			}
 		}
 	}
+	// Between changes nothing wakes the watcher up while it needs no
+	// poll: the kubelet's exit comes through a pidfd (watchExit), and a
+	// kubelet given by the operator (--kubelet-config) has only its files,
+	// which inotify reports. It polls every Options.Poll while it looks for
+	// a kubelet, asks for its version again, or cannot have a pidfd.
+	var (
+		ticker clock.Ticker
+		tick   <-chan time.Time
+		exit   *exitWatch
+		exited <-chan struct{}
+		// gone is the process whose exit came last: it is polled until
+		// a discovery finds another.
+		gone struct {
+			pid   int
+			start uint64
+		}
+	)
+	arm := func() {
+		if exit != nil && (f == nil || f.Kubelet == nil || f.Kubelet.PID != exit.pid || f.Start != exit.start) {
+			exit.stop()
+			exit, exited = nil, nil
+		}
+		poll := true
+		switch {
+		case f == nil || f.Kubelet == nil || versionUnknown(f):
+		case f.Kubelet.PID == 0:
+			poll = false
+		case exit != nil:
+			poll = false
+		case f.Kubelet.PID == gone.pid && f.Start == gone.start:
+		default:
+			if exit = watchExit(w.o.ProcRoot, f); exit != nil {
+				exited, poll = exit.exited, false
+			}
+		}
+		switch {
+		case poll && ticker == nil:
+			ticker = w.o.Clock.NewTicker(w.o.Poll)
+			tick = ticker.C()
+		case !poll && ticker != nil:
+			ticker.Stop()
+			ticker, tick = nil, nil
+		}
+		if w.armed != nil {
+			w.armed(poll)
+		}
+	}
+	defer func() {
+		exit.stop()
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}()
 	refresh()
-	t := w.o.Clock.NewTicker(w.o.Poll)
-	defer t.Stop()
+	arm()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C():
+		case <-exited:
+			// Polled from now on, as if it had been all along: the next
+			// poll finds it gone and discovers again. Not at once: its
+			// supervisor is restarting it, most likely, and a discovery
+			// between the two processes would publish "no kubelet".
+			w.log.Debug("the kubelet process exited; polling for the next", zap.Int("pid", exit.pid))
+			gone.pid, gone.start = exit.pid, exit.start
+			exit.stop()
+			exit, exited = nil, nil
+			arm()
+		case <-tick:
 			if !w.stillRunning(f) || versionUnknown(f) {
 				refresh()
+				arm()
 			}
 		case ev, ok := <-fw.Events:
 			if !ok {
@@ -448,6 +516,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if files[filepath.Clean(ev.Name)] || files[filepath.Dir(ev.Name)] {
 				w.log.Debug("kubelet configuration written", zap.String("file", ev.Name), zap.Stringer("op", ev.Op))
 				refresh()
+				arm()
 			}
 		case err, ok := <-fw.Errors:
 			if !ok {

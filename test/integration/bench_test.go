@@ -348,6 +348,42 @@ func BenchmarkIdle(b *testing.B) {
 	if os.Getenv("HOTPLUGD_BENCH_IDLE") == "0" {
 		b.Skip("HOTPLUGD_BENCH_IDLE=0")
 	}
+	benchIdle(b, func() (*daemonProc, time.Time, func(online bool)) {
+		return startDaemon(b, "--resync", "1m"), time.Now(), func(bool) {}
+	})
+}
+
+// BenchmarkIdleCluster is BenchmarkIdle with a cluster, as the daemon runs
+// on a node: a real API server, its Node, the kubelet's configuration,
+// reporting (no remedy). Its change is a drift, reported on the Node (a
+// patch and an Event), then cleared. On top of the standalone daemon it
+// holds the API client's code (TLS, HTTP/2, the Node's decoding), the
+// informer's Node and its connection's buffers.
+func BenchmarkIdleCluster(b *testing.B) {
+	if os.Getenv("HOTPLUGD_BENCH_IDLE") == "0" {
+		b.Skip("HOTPLUGD_BENCH_IDLE=0")
+	}
+	srv := sharedAPIServer(b)
+	c, cfg, node, kc := matchingNode(b, srv, "idle")
+	benchIdle(b, func() (*daemonProc, time.Time, func(online bool)) {
+		p := startClusterDaemon(b, "--node-name", node, "--kubeconfig", kc, "--kubelet-config", cfg, "--resync", "1m")
+		started := time.Now()
+		waitCondition(b, c, node, v1.ConditionFalse, 10*time.Second)
+		return p, started, func(online bool) {
+			// Offline is a drift (the kubelet reports 2 CPUs), online clears it.
+			want := v1.ConditionTrue
+			if online {
+				want = v1.ConditionFalse
+			}
+			waitCondition(b, c, node, want, 10*time.Second)
+		}
+	})
+}
+
+// benchIdle measures what BenchmarkIdle says of the daemon start returns,
+// started when it was, with reported called after each change is logged
+// (with whether cpu1 is online again) to wait for what else it does.
+func benchIdle(b *testing.B, start func() (p *daemonProc, started time.Time, reported func(online bool))) {
 	var long time.Duration
 	if v := os.Getenv("HOTPLUGD_BENCH_IDLE_LONG"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -359,8 +395,8 @@ func BenchmarkIdle(b *testing.B) {
 	m := machinetest.Acquire(b) // nothing else may change the machine meanwhile
 	m.SetCPUOnline(b, 1, true)  // and back to its state at the end
 	for b.Loop() {
-		p := startDaemon(b, "--resync", "1m")
-		pid, started := p.Cmd.Process.Pid, time.Now()
+		p, started, reported := start()
+		pid := p.Cmd.Process.Pid
 		at := func(d time.Duration) { time.Sleep(time.Until(started.Add(d))) }
 
 		at(5 * time.Second) // start-up done
@@ -385,6 +421,7 @@ func BenchmarkIdle(b *testing.B) {
 			if _, ok := p.WaitForFrom(mark, quiet+5*time.Second, isChange("cpu", c.old, c.new)); !ok {
 				b.Fatalf("no change cpu %s -> %s", c.old, c.new)
 			}
+			reported(c.value == "1")
 		}
 		from := time.Since(started) + 5*time.Second
 		at(from)

@@ -299,7 +299,14 @@ func TestIntegrationFollowsKubeletRestart(t *testing.T) {
 	// read it), then the restart.
 	r.writeConfig("systemReserved:\n  cpu: 500m\n")
 	waitFound(t, d, r.pid(), true)
+	old := r.pid()
 	r.operator(r.stop)
+	// The kernel told of the exit (a pidfd): hotplugd polled nothing while
+	// the kubelet ran.
+	d.WaitFor(10*time.Second, func(e logEntry) bool {
+		pid, _ := e.Fields["pid"].(float64)
+		return e.Msg == "the kubelet process exited; polling for the next" && int(pid) == old
+	})
 	r.operator(r.start)
 	waitNodeCPU(t, r, "3500m")
 	waitFound(t, d, r.pid(), false)
