@@ -55,16 +55,18 @@ func watchExit(procRoot string, f *Facts) *exitWatch {
 	e := &exitWatch{pid: pid, start: f.Start, exited: make(chan struct{}, 1), f: file, done: make(chan struct{})}
 	go func() {
 		defer close(e.done)
-		first := true
-		// Read calls the function, and again each time the pidfd is
-		// readable, until it returns true; it returns an error once the
-		// file is closed (stop).
-		err := rc.Read(func(uintptr) bool {
-			if first {
-				first = false
-				return false // wait for the poller (readable at once if it has exited)
+		// Read calls the function, and again each time the poller says
+		// the pidfd is readable, until it returns true; it returns an
+		// error once the file is closed (stop). The function asks the
+		// pidfd itself: Read forgets a readiness the poller saw before
+		// it started (an exit right after the open).
+		err := rc.Read(func(fd uintptr) bool {
+			p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, err := unix.Poll(p, 0)
+			for err == unix.EINTR {
+				n, err = unix.Poll(p, 0)
 			}
-			return true
+			return err == nil && n > 0
 		})
 		if err == nil {
 			e.exited <- struct{}{}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/hotplugd/hotplugd/pkg/kubeletconfig"
@@ -37,20 +38,39 @@ func TestWatchExit(t *testing.T) {
 	if !ownProcess("/proc", os.Getpid()) {
 		t.Skip("/proc is not this process's PID namespace's")
 	}
-	for _, reaped := range []bool{false, true} {
+	for _, c := range []struct {
+		name           string
+		before, reaped bool
+	}{
+		{"exits", false, false},
+		{"exits and is reaped", false, true},
+		// Not reaped, it keeps its PID and start: the watch opens on a
+		// process that has already exited.
+		{"exited before the watch", true, false},
+	} {
 		cmd, f := sleeper(t)
+		if c.before {
+			cmd.Process.Kill()
+			// Until it has exited, without reaping it.
+			var info unix.Siginfo
+			if err := unix.Waitid(unix.P_PID, f.Kubelet.PID, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
 		e := watchExit("/proc", f)
 		if e == nil {
 			t.Skip("no pidfd here (pidfd_open with PIDFD_NONBLOCK needs Linux 5.10)")
 		}
-		cmd.Process.Kill()
-		if reaped {
+		if !c.before {
+			cmd.Process.Kill()
+		}
+		if c.reaped {
 			cmd.Wait()
 		}
 		select {
 		case <-e.exited:
 		case <-time.After(10 * time.Second): // a bound for a failure, not a wait for success
-			t.Fatalf("no exit through the pidfd of %d (reaped %v)", f.Kubelet.PID, reaped)
+			t.Fatalf("%s: no exit through the pidfd of %d", c.name, f.Kubelet.PID)
 		}
 		e.stop()
 	}

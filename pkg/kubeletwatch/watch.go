@@ -423,18 +423,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 		return added
 	}
-	// Discover, watch what was read, and discover again while that added
-	// a watch: a write before the watch is in the next read, a later one
-	// comes through inotify.
 	var f *Facts
-	refresh := func() {
-		for range 4 {
-			f = w.Refresh(ctx)
-			if !watch(f) {
-				return
-			}
-		}
-	}
 	// Between changes nothing wakes the watcher up while it needs no
 	// poll: the kubelet's exit comes through a pidfd (watchExit), and a
 	// kubelet given by the operator (--kubelet-config) has only its files,
@@ -482,6 +471,19 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.armed(poll)
 		}
 	}
+	// Discover, watch what was read, and discover again while that added
+	// a watch: a write before the watch is in the next read, a later one
+	// comes through inotify. Then wait for the next change as the facts
+	// allow (arm).
+	refresh := func() {
+		for range 4 {
+			f = w.Refresh(ctx)
+			if !watch(f) {
+				break
+			}
+		}
+		arm()
+	}
 	defer func() {
 		exit.stop()
 		if ticker != nil {
@@ -489,7 +491,6 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 	}()
 	refresh()
-	arm()
 	for {
 		select {
 		case <-ctx.Done():
@@ -507,7 +508,6 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-tick:
 			if !w.stillRunning(f) || versionUnknown(f) {
 				refresh()
-				arm()
 			}
 		case ev, ok := <-fw.Events:
 			if !ok {
@@ -516,7 +516,6 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if files[filepath.Clean(ev.Name)] || files[filepath.Dir(ev.Name)] {
 				w.log.Debug("kubelet configuration written", zap.String("file", ev.Name), zap.Stringer("op", ev.Op))
 				refresh()
-				arm()
 			}
 		case err, ok := <-fw.Errors:
 			if !ok {
