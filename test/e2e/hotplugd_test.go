@@ -140,12 +140,22 @@ func checkRemedy(t *testing.T, s *suite, d *daemontest.Daemon, k *kubelet, t0 ti
 func remediatedOnce(t *testing.T, s *suite, before eventCount) eventCount {
 	t.Helper()
 	events := eventCounts(t, s).since(before)
-	bad := events[nodepatch.ReasonRemediationFailed] + events[nodepatch.ReasonRestartWithheld] + events[nodepatch.ReasonNeedsDrain] + events[nodepatch.ReasonKubeletWouldRefuse]
-	if events[nodepatch.ReasonRemediated] != 1 || events[nodepatch.ReasonCapacityDrift] != 1 || bad != 0 {
-		t.Errorf("events %v, want one %s and one %s, and no failed, withheld or refused remedy (the restarting kubelet's intermediate reports are no drift)",
-			events, nodepatch.ReasonCapacityDrift, nodepatch.ReasonRemediated)
+	if why := notRemediatedOnce(events); why != "" {
+		t.Errorf("%s (the restarting kubelet's intermediate reports are no drift)", why)
 	}
 	return events
+}
+
+// notRemediatedOnce says what is wrong with a remedy's Events: not one
+// CapacityDrift and one Remediated, or a failed, withheld or refused
+// remedy among them; "" when nothing is.
+func notRemediatedOnce(events eventCount) string {
+	bad := events[nodepatch.ReasonRemediationFailed] + events[nodepatch.ReasonRestartWithheld] + events[nodepatch.ReasonNeedsDrain] + events[nodepatch.ReasonKubeletWouldRefuse]
+	if events[nodepatch.ReasonRemediated] != 1 || events[nodepatch.ReasonCapacityDrift] != 1 || bad != 0 {
+		return fmt.Sprintf("events %v, want one %s and one %s, and no failed, withheld or refused remedy",
+			events, nodepatch.ReasonCapacityDrift, nodepatch.ReasonRemediated)
+	}
+	return ""
 }
 
 // hotplugdWrites are the daemon's API writes so far.

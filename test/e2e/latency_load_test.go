@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,9 @@ type podBaseline struct {
 	container string
 	restarts  int32
 	started   time.Time
+	// rv is the resource version the pod was recorded at: watch events
+	// of it up to there (its creation, its start) are not judged.
+	rv uint64
 }
 
 // podLoad is the LOADED node's pods, their readiness probes' targets and
@@ -234,7 +238,11 @@ func (l *podLoad) waitReady(t *testing.T, names []string, timeout time.Duration)
 			for _, name := range names {
 				p := byName[name]
 				cs := p.Status.ContainerStatuses[0]
-				l.pods[name] = podBaseline{uid: p.UID, container: cs.ContainerID, restarts: cs.RestartCount, started: cs.State.Running.StartedAt.Time}
+				rv, err := strconv.ParseUint(p.ResourceVersion, 10, 64)
+				if err != nil {
+					t.Fatalf("pod %s: resource version %q: %v", name, p.ResourceVersion, err)
+				}
+				l.pods[name] = podBaseline{uid: p.UID, container: cs.ContainerID, restarts: cs.RestartCount, started: cs.State.Running.StartedAt.Time, rv: rv}
 			}
 			return
 		}
@@ -314,7 +322,7 @@ func (l *podLoad) checkWindow(t *testing.T, k *kubelet, change string, tw, start
 		}
 	}
 	time.Sleep(loadProbePeriod)
-	events, changed, bad := l.watch.judge(tw, l.pods)
+	events, changed, bad := l.watch.judge(l.pods)
 	for _, b := range bad {
 		t.Errorf("%s: %s", change, b)
 	}
@@ -474,6 +482,10 @@ func (l *podLoad) unpin(t *testing.T) {
 // own Killing, from its deletion by unpin, excepted).
 func (l *podLoad) checkEnd(t *testing.T) {
 	t.Helper()
+	_, _, bad := l.watch.judge(l.pods)
+	for _, b := range bad {
+		t.Errorf("after the last change: %s", b)
+	}
 	l.checkNow(t, "at the end")
 	list, err := l.s.api.Client().CoreV1().Events(loadNamespace).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -493,25 +505,7 @@ func (l *podLoad) checkEnd(t *testing.T) {
 // containers are gone.
 func deleteLoad(t *testing.T, s *suite) {
 	t.Helper()
-	c := s.api.Client()
-	ctx := context.Background()
-	sel := metav1.ListOptions{LabelSelector: "app=" + loadLabel}
-	if err := c.CoreV1().Pods(loadNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil && !apierrors.IsNotFound(err) {
-		t.Error(err)
-	}
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		list, err := c.CoreV1().Pods(loadNamespace).List(ctx, sel)
-		if err == nil && len(list.Items) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("the load's pods are not gone 90 s after their deletion: %v", err)
-			break
-		}
-	}
-	if err := s.containerd.waitNoTasks(30 * time.Second); err != nil {
-		t.Error(err)
-	}
+	deletePods(t, s, loadNamespace, loadLabel, 90*time.Second)
 }
 
 // podWatch follows the load's pods with a watch (every change, none
@@ -524,6 +518,9 @@ type podWatch struct {
 	mu   sync.Mutex
 	seen []podSeen
 	errs []podSeen // the watch failing, as an event with why
+	// judged and judgedErrs are how many of seen and errs judge has
+	// looked at.
+	judged, judgedErrs int
 }
 
 // podSeen is one pod as one watch event showed it, and what it changed
@@ -602,18 +599,26 @@ func (w *podWatch) fail(ctx context.Context, why string) {
 }
 
 // judge returns how many events of the baseline's pods the watch saw since
-// from, how often each field changed in them, and what was wrong in them:
-// any pod deleted, replaced, not Running, not Ready, with another
-// container or restart count; or the watch failing.
-func (w *podWatch) judge(from time.Time, baseline map[string]podBaseline) (int, map[string]int, []string) {
+// the last judge (since it started, the first time; a pod's from its
+// baseline on), how often each field
+// changed in them, and what was wrong in them: any pod deleted, replaced,
+// not Running, not Ready, with another container or restart count; the
+// watch failing, or no longer running. Every event is judged once, in the
+// window of the change that follows it at the latest.
+func (w *podWatch) judge(baseline map[string]podBaseline) (int, map[string]int, []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var bad []string
 	n := 0
 	changed := map[string]int{}
-	for _, e := range w.seen {
+	for _, e := range w.seen[w.judged:] {
 		want, ok := baseline[e.pod.Name]
-		if !ok || e.at.Before(from) {
+		if !ok {
+			continue
+		}
+		// etcd's resource versions, compared as the API server's own
+		// watch cache does.
+		if rv, err := strconv.ParseUint(e.pod.ResourceVersion, 10, 64); err == nil && rv <= want.rv {
 			continue
 		}
 		n++
@@ -629,10 +634,15 @@ func (w *podWatch) judge(from time.Time, baseline map[string]podBaseline) (int, 
 			bad = append(bad, fmt.Sprintf("pod %s at %s (%s): %s", e.pod.Name, at, e.typ, why))
 		}
 	}
-	for _, e := range w.errs {
-		if !e.at.Before(from) {
-			bad = append(bad, e.fail)
-		}
+	w.judged = len(w.seen)
+	for _, e := range w.errs[w.judgedErrs:] {
+		bad = append(bad, e.fail)
+	}
+	w.judgedErrs = len(w.errs)
+	select {
+	case <-w.done:
+		bad = append(bad, "the pod watch is no longer running: the pods were not watched since")
+	default:
 	}
 	return n, changed, bad
 }

@@ -531,19 +531,26 @@ func podPhases(pods []v1.Pod) string {
 // their containers are gone.
 func deleteReadmitPods(t *testing.T, s *suite) {
 	t.Helper()
+	deletePods(t, s, "default", readmitLabel, 60*time.Second)
+}
+
+// deletePods deletes the pods of namespace labelled app=label and waits
+// (up to timeout) until they, and then every container, are gone.
+func deletePods(t *testing.T, s *suite, namespace, label string, timeout time.Duration) {
+	t.Helper()
 	c := s.api.Client()
 	ctx := context.Background()
-	sel := metav1.ListOptions{LabelSelector: "app=" + readmitLabel}
-	if err := c.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil && !apierrors.IsNotFound(err) {
+	sel := metav1.ListOptions{LabelSelector: "app=" + label}
+	if err := c.CoreV1().Pods(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil && !apierrors.IsNotFound(err) {
 		t.Error(err)
 	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		list, err := c.CoreV1().Pods("default").List(ctx, sel)
+	for deadline := time.Now().Add(timeout); ; time.Sleep(200 * time.Millisecond) {
+		list, err := c.CoreV1().Pods(namespace).List(ctx, sel)
 		if err == nil && len(list.Items) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("the pods are not gone 60 s after their deletion: %v", err)
+			t.Errorf("the pods app=%s of %s are not gone %v after their deletion: %v", label, namespace, timeout, err)
 			break
 		}
 	}
@@ -612,17 +619,10 @@ func requestsString(req v1.ResourceList) string {
 // lineTime is the time of the first klog line of log containing s,
 // relative to t0 ("+1.23 s"), or "not logged".
 func lineTime(log, s string, t0 time.Time) string {
-	line := lineWith(log, s)
-	// klog: "I1126 09:15:18.123456    1234 file.go:12] msg"
-	f := strings.Fields(line)
-	if len(f) < 2 || len(f[0]) != 5 {
+	at, ok := klogTime(lineWith(log, s), t0)
+	if !ok {
 		return "not logged"
 	}
-	at, err := time.ParseInLocation("0102 15:04:05.000000", f[0][1:]+" "+f[1], time.Local)
-	if err != nil {
-		return "not logged"
-	}
-	at = at.AddDate(t0.Year(), 0, 0)
 	return fmt.Sprintf("+%.2f s", at.Sub(t0).Seconds())
 }
 
