@@ -14,6 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
@@ -64,6 +66,9 @@ type eventSender struct {
 	queue  chan *v1.Event
 	// sleep waits between attempts (a timer; replaced in tests).
 	sleep func(context.Context, time.Duration) bool
+	// timeout bounds one write (0: none), as the Node's writes are
+	// bounded: one hung request would hold every later Event back.
+	timeout time.Duration
 
 	// Only the sending goroutine touches these.
 	aggregates map[string]aggregate
@@ -123,7 +128,7 @@ func (s *eventSender) Event(object runtime.Object, eventtype, reason, message st
 		namespace = metav1.NamespaceDefault
 	}
 	e := &v1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%v.%x", ref.Name, now.UnixNano()), Namespace: namespace},
+		ObjectMeta:          metav1.ObjectMeta{Name: eventName(ref.Name, now), Namespace: namespace},
 		InvolvedObject:      *ref,
 		Reason:              reason,
 		Message:             message,
@@ -186,6 +191,11 @@ func (s *eventSender) send(ctx context.Context, e *v1.Event) {
 // with it: sent, or refused by the API server, which a retry will not
 // change.
 func (s *eventSender) write(ctx context.Context, e *v1.Event, patch []byte) bool {
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
 	var sent *v1.Event
 	var err error
 	if patch != nil {
@@ -240,7 +250,7 @@ func (s *eventSender) correlate(e *v1.Event) (*v1.Event, []byte) {
 		}
 		t := metav1.NewTime(now)
 		e = &v1.Event{
-			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%v.%x", e.InvolvedObject.Name, t.UnixNano()), Namespace: e.Namespace},
+			ObjectMeta:     metav1.ObjectMeta{Name: eventName(e.InvolvedObject.Name, t), Namespace: e.Namespace},
 			Count:          1,
 			FirstTimestamp: t,
 			InvolvedObject: e.InvolvedObject,
@@ -304,4 +314,16 @@ func bounded[V any](m map[string]V) map[string]V {
 		clear(m)
 	}
 	return m
+}
+
+// eventName names a new Event of the object named object, as client-go's
+// recorder does (record/util.GenerateEventName, not linked for its
+// dependencies): <object>.<time in hex>, or a UUID when that is no valid
+// name (an object name near the 253-character limit).
+func eventName(object string, t metav1.Time) string {
+	name := fmt.Sprintf("%v.%x", object, t.UnixNano())
+	if len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return string(uuid.NewUUID())
+	}
+	return name
 }

@@ -5,17 +5,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 )
@@ -36,6 +40,7 @@ type eventSink struct {
 	calls []sinkCall
 	names map[string]string
 	fail  func(verb string) error
+	hang  bool // creates never answered
 }
 
 func (s *eventSink) record(verb string, e *v1.Event, patch []byte) (*v1.Event, error) {
@@ -55,10 +60,7 @@ func (s *eventSink) record(verb string, e *v1.Event, patch []byte) (*v1.Event, e
 		if err := json.Unmarshal(patch, &p); err != nil {
 			return nil, err
 		}
-		if _, ok := p["lastTimestamp"]; ok {
-			p["lastTimestamp"] = "(now)"
-		}
-		b, _ := json.Marshal(p)
+		b, _ := json.Marshal(p) // its keys sorted
 		c.Patch = string(b)
 	}
 	s.calls = append(s.calls, c)
@@ -72,7 +74,11 @@ func (s *eventSink) record(verb string, e *v1.Event, patch []byte) (*v1.Event, e
 	return out, nil
 }
 
-func (s *eventSink) CreateWithEventNamespaceWithContext(_ context.Context, e *v1.Event) (*v1.Event, error) {
+func (s *eventSink) CreateWithEventNamespaceWithContext(ctx context.Context, e *v1.Event) (*v1.Event, error) {
+	if s.hang {
+		<-ctx.Done() // an API server that never answers
+		return nil, ctx.Err()
+	}
 	return s.record("create", e, nil)
 }
 
@@ -116,43 +122,45 @@ func nodeEvents() [][3]string {
 
 // TestEventSenderLikeClientGo: the writer's Events reach the API server as
 // client-go's event recorder sends them, write by write (creates, count
-// patches, combined Events, the spam filter), for the same Events.
+// patches with their time stamps, combined Events, the spam filter), for
+// the same Events. Each side runs in a synctest bubble: both start at the
+// same fake time, so names and time stamps compare exactly, and
+// synctest.Wait says when a side has written all it will.
 func TestEventSenderLikeClientGo(t *testing.T) {
 	ref := &v1.ObjectReference{Kind: "Node", Name: "n1", UID: types.UID("n1")}
 	source := v1.EventSource{Component: "hotplugd", Host: "n1"}
 
-	// client-go's recorder, the oracle.
-	oracle := &eventSink{}
-	b := record.NewBroadcaster()
-	defer b.Shutdown()
-	b.StartRecordingToSink(oracle)
-	scheme := runtime.NewScheme()
-	if err := v1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	rec := b.NewRecorder(scheme, source)
-	for _, e := range nodeEvents() {
-		rec.Event(ref, e[0], e[1], e[2])
-	}
-	// It sends in the background: wait until it has stopped writing.
-	var want []sinkCall
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		time.Sleep(200 * time.Millisecond)
-		calls := oracle.Calls()
-		if len(calls) > 0 && len(calls) == len(want) {
-			break
+	oracle, got := &eventSink{}, &eventSink{}
+	synctest.Test(t, func(t *testing.T) {
+		// client-go's recorder, the oracle.
+		b := record.NewBroadcaster()
+		b.StartRecordingToSink(oracle)
+		scheme := runtime.NewScheme()
+		if err := v1.AddToScheme(scheme); err != nil {
+			t.Fatal(err)
 		}
-		want = calls
-	}
-
-	got := &eventSink{}
-	s := newEventSender(got, source, zap.NewNop(), clock.RealClock{})
-	for _, e := range nodeEvents() {
-		s.Event(ref, e[0], e[1], e[2])
-	}
-	for len(s.queue) > 0 {
-		s.send(context.Background(), <-s.queue)
-	}
+		rec := b.NewRecorder(scheme, source)
+		for _, e := range nodeEvents() {
+			rec.Event(ref, e[0], e[1], e[2])
+			time.Sleep(time.Millisecond) // its broadcaster orders by arrival
+		}
+		synctest.Wait()
+		b.Shutdown()
+	})
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		s := newEventSender(got, source, zap.NewNop(), clock.RealClock{})
+		done := make(chan struct{})
+		go func() { s.Run(ctx); close(done) }()
+		for _, e := range nodeEvents() {
+			s.Event(ref, e[0], e[1], e[2])
+			time.Sleep(time.Millisecond)
+		}
+		synctest.Wait()
+		cancel()
+		<-done
+	})
+	want := oracle.Calls()
 	if diff := cmp.Diff(want, got.Calls()); diff != "" {
 		t.Errorf("writes unlike client-go's recorder's (-client-go +nodepatch):\n%s", diff)
 	}
@@ -222,24 +230,25 @@ func TestEventSenderRetries(t *testing.T) {
 func TestEventSenderQueue(t *testing.T) {
 	ref := &v1.ObjectReference{Kind: "Node", Name: "n1"}
 	sink := &eventSink{}
-	s := newEventSender(sink, v1.EventSource{Component: "hotplugd", Host: "n1"}, zap.NewNop(), clock.RealClock{})
-	for i := range eventQueue + 5 {
-		s.Event(ref, v1.EventTypeNormal, "R", fmt.Sprint(i))
-	}
-	if len(s.queue) != eventQueue {
-		t.Fatalf("%d Events queued, want %d", len(s.queue), eventQueue)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { s.Run(ctx); close(done) }()
-	for deadline := time.Now().Add(5 * time.Second); len(s.queue) > 0 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	cancel()
-	<-done
-	if len(s.queue) != 0 || len(sink.Calls()) == 0 {
-		t.Errorf("%d Events still queued, %d written: Run did not send them", len(s.queue), len(sink.Calls()))
-	}
+	// The sender's channels belong to the bubble, for synctest.Wait.
+	synctest.Test(t, func(t *testing.T) {
+		s := newEventSender(sink, v1.EventSource{Component: "hotplugd", Host: "n1"}, zap.NewNop(), clock.RealClock{})
+		for i := range eventQueue + 5 {
+			s.Event(ref, v1.EventTypeNormal, "R", fmt.Sprint(i))
+		}
+		if len(s.queue) != eventQueue {
+			t.Fatalf("%d Events queued, want %d", len(s.queue), eventQueue)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { s.Run(ctx); close(done) }()
+		synctest.Wait() // Run has sent all it will and waits
+		cancel()
+		<-done
+		if len(s.queue) != 0 || len(sink.Calls()) == 0 {
+			t.Errorf("%d Events still queued, %d written: Run did not send them", len(s.queue), len(sink.Calls()))
+		}
+	})
 }
 
 func repeat(s string, n int) []string {
@@ -248,4 +257,38 @@ func repeat(s string, n int) []string {
 		out[i] = s
 	}
 	return out
+}
+
+// TestEventName: an Event's name is its object's and the time, as
+// client-go's recorder names it, or a UUID when that would be no valid
+// name (the API server refuses it, and every Event of the object would be
+// lost).
+func TestEventName(t *testing.T) {
+	at := metav1.NewTime(time.Unix(1, 2))
+	if got, want := eventName("n1", at), "n1.3b9aca02"; got != want {
+		t.Errorf("eventName(n1) = %q, want %q", got, want)
+	}
+	long := strings.Repeat("a", 250)
+	got := eventName(long, at)
+	if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 || strings.HasPrefix(got, long) {
+		t.Errorf("eventName(250 characters) = %q: %v", got, errs)
+	}
+}
+
+// TestEventWriteTimeout: a write the API server never answers ends after
+// the writer's request timeout, as a failure to retry, so that it does not
+// hold every later Event back.
+func TestEventWriteTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newEventSender(&eventSink{hang: true}, v1.EventSource{Component: "hotplugd", Host: "n1"}, zap.NewNop(), clock.RealClock{})
+		s.timeout = 10 * time.Second
+		e := &v1.Event{ObjectMeta: metav1.ObjectMeta{Name: "n1.1", Namespace: "default"}, Reason: "R", Type: v1.EventTypeNormal}
+		start := time.Now()
+		if s.write(context.Background(), e, nil) {
+			t.Error("a write never answered is done, want a retry")
+		}
+		if took := time.Since(start); took != s.timeout {
+			t.Errorf("the write took %v, want the timeout %v", took, s.timeout)
+		}
+	})
 }

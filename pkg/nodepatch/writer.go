@@ -104,6 +104,7 @@ func NewWriter(o WriterOptions) (*Writer, error) {
 	if w.recorder == nil {
 		w.events = newEventSender(o.Client.CoreV1().Events(""), v1.EventSource{Component: "hotplugd", Host: o.NodeName},
 			w.log, clock.RealClock{})
+		w.events.timeout = w.o.RequestTimeout
 		w.recorder = w.events
 	}
 	return w, nil
