@@ -17,10 +17,12 @@ const (
 	// resyncs and changes have run, for a collection every few minutes at
 	// idle (a millisecond each).
 	idleGCPercent = 25
-	// idleMaxProcs bounds the processors the runtime schedules on: the
+	// idleMaxProcs is the processors the runtime schedules on: the
 	// daemon needs no more, whatever the node's CPU count, and a fixed
 	// count stops the runtime from resizing its processors (and their
 	// caches, memory that stays) at each CPU hot-plug, which it tracks.
+	// Not fewer on a node that boots with one CPU: CPUs are what get
+	// hot-added.
 	idleMaxProcs = 2
 )
 
@@ -31,6 +33,6 @@ func idleRuntime(getenv func(string) string) {
 		debug.SetGCPercent(idleGCPercent)
 	}
 	if getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(min(idleMaxProcs, runtime.NumCPU()))
+		runtime.GOMAXPROCS(idleMaxProcs)
 	}
 }

@@ -16,7 +16,7 @@ func TestIdleRuntime(t *testing.T) {
 		env       map[string]string
 		gc, procs int
 	}{
-		{"defaults", nil, idleGCPercent, min(idleMaxProcs, runtime.NumCPU())},
+		{"defaults", nil, idleGCPercent, idleMaxProcs},
 		{"GOGC and GOMAXPROCS set", map[string]string{"GOGC": "100", "GOMAXPROCS": "3"}, 100, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
