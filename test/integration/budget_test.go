@@ -9,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	typedcoordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/hotplugd/hotplugd/pkg/budget"
@@ -119,5 +123,87 @@ func TestIntegrationRestartBudget(t *testing.T) {
 	}
 	if h.Slot() != hd.Slot() {
 		t.Errorf("node-waiting took %s, want node-dead's %s", h.Slot(), hd.Slot())
+	}
+}
+
+// racingClient is the daemon's client whose Lease updates, while race is
+// set, come just after another node's write of the same Lease (through
+// admin): the race the Leases' resourceVersion decides, made to happen
+// every time.
+type racingClient struct {
+	kubeclient.Interface
+	admin kubernetes.Interface
+	race  *atomic.Bool
+}
+
+func (r racingClient) CoordinationV1() kubeclient.CoordinationV1Interface { return r }
+
+func (r racingClient) Leases(ns string) kubeclient.LeaseInterface {
+	return racingLeases{r.Interface.CoordinationV1().Leases(ns), r.admin.CoordinationV1().Leases(ns), r.race}
+}
+
+type racingLeases struct {
+	kubeclient.LeaseInterface
+	admin typedcoordinationv1.LeaseInterface
+	race  *atomic.Bool
+}
+
+func (l racingLeases) Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if l.race.Load() {
+		cur, err := l.admin.Get(ctx, lease.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		metav1.SetMetaDataAnnotation(&cur.ObjectMeta, "test/raced", time.Now().Format(time.RFC3339Nano))
+		if _, err := l.admin.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	return l.LeaseInterface.Update(ctx, lease, opts)
+}
+
+// TestIntegrationBudgetRace: a node whose take or renewal of a Lease comes
+// just after another node's write of it loses, by the Lease's
+// resourceVersion on a real API server: the budget exhausted for the
+// taker, an error for the renewal. An update without the version the
+// Lease was read at would win both races and let two nodes hold one slot.
+func TestIntegrationBudgetRace(t *testing.T) {
+	s := startAPIServer(t)
+	c := s.Client()
+	kc, err := kubeclient.NewForConfig(s.RestConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const ns = "hotplugd-system"
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var race atomic.Bool
+	b, err := budget.New(budget.Options{Client: racingClient{kc, c, &race}, Namespace: ns, Name: "hotplugd-restart", Slots: 1, Holder: "node-a", Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The Lease exists and is free: taken, then given back.
+	h, err := b.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	race.Store(true)
+	var ex *budget.Exhausted
+	if h, err := b.Acquire(ctx); !errors.As(err, &ex) {
+		t.Fatalf("a take that lost the race: hold %v, error %v; want the budget exhausted", h, err)
+	}
+	race.Store(false)
+	if h, err = b.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	race.Store(true)
+	if err := h.Renew(ctx); !apierrors.IsConflict(err) {
+		t.Errorf("a renewal that lost the race: %v, want a conflict", err)
 	}
 }
